@@ -1,0 +1,1 @@
+"""Pure privacy accounting: numpy, scipy and dp_accounting; no I/O."""

@@ -1,0 +1,1 @@
+"""HTTP layer: FastAPI routers, schemas, dependencies and problem+json errors."""

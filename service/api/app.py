@@ -1,0 +1,58 @@
+"""The app factory."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI
+from sqlalchemy.orm import Session, sessionmaker
+from starlette.types import Scope
+
+from service import __version__
+from service.api import problems
+from service.api.deps import AppContext
+from service.api.limits import BodySizeLimit
+from service.api.routes import datasets, health, models
+from service.config import Settings, get_settings
+from service.registry.blobs import LocalBlobStore
+from service.registry.db import make_engine, make_sessionmaker
+
+log = logging.getLogger(__name__)
+
+#: Bodies other than checkpoint uploads are small JSON documents.
+JSON_BODY_LIMIT = 4 * 1024 * 1024
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    session_factory: sessionmaker[Session] | None = None,
+) -> FastAPI:
+    """Build the app; ``session_factory`` lets tests bind sessions to one transaction."""
+    settings = settings or get_settings()
+    engine = make_engine(settings.resolved_database_url)
+    ctx = AppContext(
+        settings=settings,
+        engine=engine,
+        session_factory=session_factory or make_sessionmaker(engine),
+        blobs=LocalBlobStore(settings.resolved_blob_dir),
+    )
+    app = FastAPI(
+        title="Retarget",
+        version=__version__,
+        summary="Deployment-time privacy retargeting of differentially private models.",
+    )
+    app.state.ctx = ctx
+    problems.install(app)
+    for router in (health.router, datasets.router, models.router):
+        app.include_router(router)
+
+    upload_limit = settings.max_upload_bytes + settings.max_metadata_bytes + 1024 * 1024
+
+    def limit_for(scope: Scope) -> int:
+        if scope.get("method") == "POST" and scope.get("path") == "/v1/models":
+            return upload_limit
+        return max(JSON_BODY_LIMIT, settings.max_metadata_bytes)
+
+    app.add_middleware(BodySizeLimit, limit_for=limit_for)
+    return app

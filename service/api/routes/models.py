@@ -1,0 +1,203 @@
+from __future__ import annotations
+
+import json
+from typing import IO, Annotated, Any
+
+from fastapi import APIRouter, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from pydantic import ValidationError
+from starlette.datastructures import UploadFile
+from starlette.formparsers import MultiPartException
+
+from service.accounting.mechanisms import error_messages
+from service.api.blob_responses import blob_response
+from service.api.deps import AppContext, BlobsDep, ContextDep, SessionDep
+from service.api.schemas import Claimed, Lineage, ModelCreate, ModelPublic, ModelsPublic, Problem
+from service.errors import InvalidInput, PayloadTooLarge
+from service.registry import repository
+from service.registry.blobs import iter_file
+from service.registry.db import session_scope
+from service.registry.models import Model
+
+router = APIRouter(prefix="/v1/models", tags=["models"])
+
+_UPLOAD_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["weights", "metadata"],
+                    "properties": {
+                        "weights": {
+                            "type": "string",
+                            "format": "binary",
+                            "description": "The checkpoint, a safetensors file.",
+                        },
+                        "metadata": {
+                            "type": "string",
+                            "description": "JSON of the ModelCreate schema.",
+                        },
+                    },
+                }
+            }
+        },
+    }
+}
+
+
+def to_public(model: Model) -> ModelPublic:
+    return ModelPublic(
+        id=model.id,
+        dataset_id=model.dataset_id,
+        name=model.name,
+        version=model.version,
+        mechanism=model.mechanism,
+        mechanism_hash=model.mechanism_hash,
+        lineage=(
+            Lineage(run_id=model.lineage_run_id, step=model.lineage_step)
+            if model.lineage_run_id is not None
+            else None
+        ),
+        signature=model.signature,
+        signature_hash=model.signature_hash,
+        sha256=model.sha256,
+        size_bytes=model.size_bytes,
+        metrics=model.metrics,
+        claimed=(
+            Claimed(epsilon=model.claimed_epsilon, delta=model.claimed_delta)
+            if model.claimed_epsilon is not None and model.claimed_delta is not None
+            else None
+        ),
+        created_at=model.created_at,
+        download_url=f"/v1/models/{model.id}/weights",
+    )
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def parse_metadata(raw: str | bytes) -> ModelCreate:
+    try:
+        data = json.loads(raw, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as exc:
+        raise InvalidInput(f"metadata is not valid JSON: {exc}") from exc
+    try:
+        return ModelCreate.model_validate(data)
+    except ValidationError as exc:
+        errs = error_messages(exc, prefix="metadata")
+        detail = "; ".join(f"{e['field']}: {e['message']}" for e in errs[:5])
+        raise InvalidInput(f"invalid metadata: {detail}", errors=errs) from exc
+
+
+def _register(ctx: AppContext, meta: ModelCreate, weights: IO[bytes]) -> ModelPublic:
+    spec = repository.ModelSpec(
+        dataset_id=meta.dataset_id,
+        name=meta.name,
+        version=meta.version,
+        mechanism=meta.mechanism,
+        run_id=meta.lineage.run_id if meta.lineage else None,
+        step=meta.lineage.step if meta.lineage else None,
+        metrics=meta.metrics,
+        claimed_epsilon=meta.claimed.epsilon if meta.claimed else None,
+        claimed_delta=meta.claimed.delta if meta.claimed else None,
+    )
+    with session_scope(ctx.session_factory) as session:
+        model = repository.register_model(
+            session=session,
+            blobs=ctx.blobs,
+            spec=spec,
+            chunks=iter_file(weights),
+            max_bytes=ctx.settings.max_upload_bytes,
+        )
+        return to_public(model)
+
+
+@router.post(
+    "",
+    status_code=201,
+    response_model=ModelPublic,
+    openapi_extra=_UPLOAD_BODY,
+    responses={
+        404: {"model": Problem},
+        409: {"model": Problem},
+        413: {"model": Problem},
+        415: {"model": Problem},
+        422: {"model": Problem},
+    },
+)
+async def create_model(request: Request, ctx: ContextDep) -> ModelPublic:
+    """Register a checkpoint: multipart ``weights`` (safetensors) and ``metadata`` (JSON).
+
+    Nothing is stored unless the metadata is valid, the dataset exists, the
+    name and version are free and the file is a complete safetensors file.
+    """
+    if not request.headers.get("content-type", "").startswith("multipart/form-data"):
+        raise InvalidInput("send multipart/form-data with parts 'weights' and 'metadata'")
+    try:
+        form = await request.form(
+            max_files=2, max_fields=2, max_part_size=ctx.settings.max_metadata_bytes
+        )
+    except MultiPartException as exc:
+        if "maximum size" in exc.message:
+            raise PayloadTooLarge(f"metadata part too large: {exc.message}") from exc
+        raise InvalidInput(f"malformed multipart body: {exc.message}") from exc
+    try:
+        raw = form.get("metadata")
+        weights = form.get("weights")
+        if raw is None:
+            raise InvalidInput("the 'metadata' part is missing")
+        if isinstance(raw, UploadFile):
+            limit = ctx.settings.max_metadata_bytes
+            text = await raw.read(limit + 1)
+            if len(text) > limit:
+                raise PayloadTooLarge(f"metadata is larger than {limit} bytes")
+            meta = parse_metadata(text)
+        else:
+            meta = parse_metadata(raw)
+        if not isinstance(weights, UploadFile):
+            raise InvalidInput("the 'weights' part must be a file (a safetensors checkpoint)")
+        return await run_in_threadpool(_register, ctx, meta, weights.file)
+    finally:
+        await form.close()
+
+
+Offset = Annotated[int, Query(ge=0, le=10**9)]
+Limit = Annotated[int, Query(ge=1, le=500)]
+
+
+@router.get("", response_model=ModelsPublic)
+def list_models(
+    session: SessionDep,
+    dataset_id: Annotated[str | None, Query(max_length=36)] = None,
+    offset: Offset = 0,
+    limit: Limit = 50,
+) -> ModelsPublic:
+    rows, total = repository.list_models(
+        session=session, dataset_id=dataset_id, offset=offset, limit=limit
+    )
+    return ModelsPublic(data=[to_public(m) for m in rows], count=total, offset=offset, limit=limit)
+
+
+@router.get("/{model_id}", response_model=ModelPublic, responses={404: {"model": Problem}})
+def get_model(model_id: str, session: SessionDep) -> ModelPublic:
+    return to_public(repository.get_model(session=session, model_id=model_id))
+
+
+@router.get(
+    "/{model_id}/weights",
+    response_class=Response,
+    responses={
+        200: {"content": {"application/octet-stream": {}}, "description": "safetensors bytes"},
+        304: {"description": "Not modified"},
+        404: {"model": Problem},
+    },
+)
+def get_model_weights(
+    model_id: str, request: Request, session: SessionDep, blobs: BlobsDep
+) -> Response:
+    model = repository.get_model(session=session, model_id=model_id)
+    filename = f"{model.name}-v{model.version}.safetensors"
+    return blob_response(request, blobs, model.sha256, filename)

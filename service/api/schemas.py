@@ -1,0 +1,113 @@
+"""Request and response schemas. Names say their role: ``XCreate``, ``XPublic``, ``XsPublic``."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from service.accounting.mechanisms import Mechanism
+
+#: Printable names: no control characters and no path separators.
+Name = Annotated[
+    str,
+    StringConstraints(
+        strip_whitespace=True, min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f/\\]+$"
+    ),
+]
+Epsilon = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+Delta = Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)]
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+class DatasetCreate(_In):
+    name: Name
+    description: str | None = Field(default=None, max_length=10_000)
+    metric: Annotated[str, StringConstraints(min_length=1, max_length=100)] | None = Field(
+        default=None, description="The utility metric plans maximise by default."
+    )
+    epsilon_cap: Epsilon | None = None
+    delta_cap: Delta | None = None
+
+
+class DatasetPublic(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: str
+    name: str
+    description: str | None
+    metric: str | None
+    epsilon_cap: float | None
+    delta_cap: float | None
+    created_at: datetime
+
+
+class DatasetsPublic(BaseModel):
+    data: list[DatasetPublic]
+    count: int
+    offset: int
+    limit: int
+
+
+class Lineage(_In):
+    run_id: Annotated[str, StringConstraints(min_length=1, max_length=200)]
+    step: int | None = Field(default=None, ge=0)
+
+
+class Claimed(_In):
+    epsilon: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+    delta: Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)]
+
+
+class ModelCreate(_In):
+    """The ``metadata`` part of a model upload."""
+
+    dataset_id: str = Field(min_length=1, max_length=36)
+    name: Name
+    version: int = Field(default=1, ge=1)
+    mechanism: Mechanism
+    lineage: Lineage | None = None
+    metrics: dict[Annotated[str, StringConstraints(min_length=1, max_length=100)], float] = Field(
+        default_factory=dict, max_length=100
+    )
+    claimed: Claimed | None = None
+
+
+class ModelPublic(BaseModel):
+    id: str
+    dataset_id: str
+    name: str
+    version: int
+    mechanism: dict[str, Any]
+    mechanism_hash: str
+    lineage: Lineage | None
+    signature: dict[str, Any]
+    signature_hash: str
+    sha256: str
+    size_bytes: int
+    metrics: dict[str, float]
+    claimed: Claimed | None
+    created_at: datetime
+    download_url: str
+
+
+class ModelsPublic(BaseModel):
+    data: list[ModelPublic]
+    count: int
+    offset: int
+    limit: int
+
+
+class Problem(BaseModel):
+    """RFC 9457 problem details."""
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    instance: str | None = None
+    errors: list[dict[str, Any]] | None = None

@@ -1,0 +1,59 @@
+"""Settings: every knob is an environment variable ``RETARGET_*``.
+
+The defaults run with nothing installed: a SQLite file and a blob folder
+under ``RETARGET_DATA_DIR``. ``RETARGET_DATABASE_URL`` switches to Postgres.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="RETARGET_", extra="ignore")
+
+    data_dir: Path = Field(
+        default=Path("retarget-data"),
+        description="Folder for the embedded SQLite database and the blob store.",
+    )
+    database_url: str | None = Field(
+        default=None,
+        description="SQLAlchemy URL; default: a SQLite file in the data dir. "
+        "Postgres: postgresql+psycopg://user@host:5432/db",
+    )
+    blob_dir: Path | None = Field(
+        default=None, description="Blob store folder; default: <data_dir>/blobs."
+    )
+    redis_url: str | None = Field(
+        default=None, description="Redis URL for the profile cache and job queue."
+    )
+    max_upload_bytes: int = Field(
+        default=8 * 1024**3, gt=0, description="Largest accepted checkpoint upload."
+    )
+    max_metadata_bytes: int = Field(
+        default=1024**2, gt=0, description="Largest accepted metadata JSON."
+    )
+    auto_migrate: bool = Field(
+        default=True, description="Run `alembic upgrade head` when the server starts."
+    )
+    host: str = "127.0.0.1"
+    port: int = 8000
+
+    @property
+    def resolved_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{(self.data_dir / 'retarget.db').resolve()}"
+
+    @property
+    def resolved_blob_dir(self) -> Path:
+        return (self.blob_dir or self.data_dir / "blobs").resolve()
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,65 @@
+"""Domain exceptions of Retarget.
+
+Domain code raises these; only ``service.api`` knows HTTP and maps each class
+to a status code and a problem+json ``type`` (``service/api/problems.py``).
+
+    RetargetError
+    ├── InvalidInput        input that parses but makes no sense (422)
+    │   └── InvalidUpload   an uploaded file that is not a valid safetensors file (422)
+    ├── PayloadTooLarge     a body over the configured limit (413)
+    ├── NotFound            the named thing does not exist (404)
+    ├── Conflict            a uniqueness rule would break (409)
+    │   └── BudgetExceeded  a release would push a dataset over its cap (409)
+    ├── InfeasibleTarget    no plan meets the target (422, carries min_epsilon)
+    ├── Unsupported         the analysis does not apply to these inputs (422)
+    └── StorageError        the blob store or database failed (503)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class RetargetError(Exception):
+    """Base of every error Retarget raises on purpose."""
+
+    def __init__(self, detail: str, **extra: Any) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.extra = extra
+
+
+class InvalidInput(RetargetError):
+    """Input that is well-formed but invalid."""
+
+
+class InvalidUpload(InvalidInput):
+    """An uploaded file that is not a valid safetensors checkpoint."""
+
+
+class PayloadTooLarge(RetargetError):
+    """A request body over the configured size limit."""
+
+
+class NotFound(RetargetError):
+    """The named resource does not exist."""
+
+
+class Conflict(RetargetError):
+    """The request would break a uniqueness rule."""
+
+
+class BudgetExceeded(Conflict):
+    """A release would push a dataset's cumulative guarantee over its cap."""
+
+
+class InfeasibleTarget(RetargetError):
+    """No plan meets the requested (epsilon, delta)."""
+
+
+class Unsupported(RetargetError):
+    """The privacy analysis does not apply to the given inputs."""
+
+
+class StorageError(RetargetError):
+    """The blob store or the database could not complete the operation."""

@@ -1,0 +1,1 @@
+"""The model registry: SQLAlchemy models, repository functions, blob store."""

@@ -1,0 +1,55 @@
+"""Reading uploaded checkpoints: safetensors only, checked before anything is stored.
+
+A pickle is code execution, so only safetensors is accepted. The file is
+opened with the safetensors library, which checks that the header is valid
+JSON, that every tensor's byte range lies inside the file and that the ranges
+cover the data exactly; a file that fails any check is refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+from safetensors import safe_open
+
+from service.accounting.mechanisms import canonical_json
+from service.errors import InvalidUpload
+
+#: The first 8 bytes of a safetensors file are the header length; more than
+#: this is a header bomb, not a checkpoint.
+MAX_HEADER_BYTES = 100 * 1024 * 1024
+
+
+def read_signature(path: Path) -> dict[str, Any]:
+    """The tensor signature of a safetensors file: ``{name: {dtype, shape}}``.
+
+    Raises ``InvalidUpload`` for anything that is not a complete, valid
+    safetensors file with at least one tensor.
+    """
+    with path.open("rb") as fh:
+        head = fh.read(8)
+    if len(head) < 8:
+        raise InvalidUpload("not a safetensors file: shorter than its 8-byte header length")
+    header_len = int.from_bytes(head, "little")
+    if header_len > MAX_HEADER_BYTES or header_len > path.stat().st_size - 8:
+        raise InvalidUpload(
+            f"not a safetensors file: header length {header_len} does not fit the file"
+        )
+    try:
+        tensors: dict[str, Any] = {}
+        with safe_open(str(path), framework="pt") as f:
+            for name in f.keys():  # noqa: SIM118 - safe_open has no __iter__
+                sl = f.get_slice(name)
+                tensors[name] = {"dtype": sl.get_dtype(), "shape": list(sl.get_shape())}
+    except Exception as exc:  # safetensors raises its own error types and OSError
+        raise InvalidUpload(f"not a valid safetensors file: {exc}") from exc
+    if not tensors:
+        raise InvalidUpload("the safetensors file holds no tensors")
+    return dict(sorted(tensors.items()))
+
+
+def signature_hash(signature: dict[str, Any]) -> str:
+    """sha256 of the canonical signature: equal names, shapes and dtypes hash equal."""
+    return hashlib.sha256(canonical_json(signature).encode()).hexdigest()

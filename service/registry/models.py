@@ -1,0 +1,110 @@
+"""SQLAlchemy 2 models of the registry. The schema changes only by Alembic migrations."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+def new_id() -> str:
+    return str(uuid.uuid4())
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC timestamps on every backend (SQLite keeps no zone)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError("naive datetime; use datetime.now(UTC)")
+        return value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+    type_annotation_map: ClassVar[dict[Any, Any]] = {dict[str, Any]: JSON, list[Any]: JSON}
+
+
+class Dataset(Base):
+    __tablename__ = "datasets"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    description: Mapped[str | None] = mapped_column(Text)
+    metric: Mapped[str | None] = mapped_column(String(100))
+    epsilon_cap: Mapped[float | None] = mapped_column(Float)
+    delta_cap: Mapped[float | None] = mapped_column(Float)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+    models: Mapped[list[Model]] = relationship(back_populates="dataset")
+
+
+class Model(Base):
+    __tablename__ = "models"
+    __table_args__ = (
+        UniqueConstraint("dataset_id", "name", "version", name="uq_models_dataset_name_version"),
+        Index("ix_models_dataset_created", "dataset_id", "created_at"),
+        Index("ix_models_run", "dataset_id", "lineage_run_id"),
+    )
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    dataset_id: Mapped[str] = mapped_column(ForeignKey("datasets.id", ondelete="RESTRICT"))
+    name: Mapped[str] = mapped_column(String(200))
+    version: Mapped[int] = mapped_column(Integer, default=1)
+
+    mechanism: Mapped[dict[str, Any]] = mapped_column(JSON)
+    mechanism_type: Mapped[str] = mapped_column(String(64))
+    mechanism_hash: Mapped[str] = mapped_column(String(64), index=True)
+
+    lineage_run_id: Mapped[str | None] = mapped_column(String(200))
+    lineage_step: Mapped[int | None] = mapped_column(BigInteger)
+
+    signature: Mapped[dict[str, Any]] = mapped_column(JSON)
+    signature_hash: Mapped[str] = mapped_column(String(64), index=True)
+    sha256: Mapped[str] = mapped_column(String(64), index=True)
+    size_bytes: Mapped[int] = mapped_column(BigInteger)
+
+    metrics: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    claimed_epsilon: Mapped[float | None] = mapped_column(Float)
+    claimed_delta: Mapped[float | None] = mapped_column(Float)
+
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+    dataset: Mapped[Dataset] = relationship(back_populates="models")

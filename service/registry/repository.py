@@ -1,0 +1,176 @@
+"""Repository functions: plain, keyword-only, one transaction boundary each.
+
+They flush but do not commit, except ``register_model``, which owns the
+order of blob and row writes so that neither is ever left without the other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from service.accounting.mechanisms import Mechanism, canonical_mechanism, mechanism_hash
+from service.errors import Conflict, NotFound
+from service.registry.blobs import BlobStore
+from service.registry.checkpoints import read_signature, signature_hash
+from service.registry.models import Dataset, Model
+
+
+def create_dataset(
+    *,
+    session: Session,
+    name: str,
+    description: str | None = None,
+    metric: str | None = None,
+    epsilon_cap: float | None = None,
+    delta_cap: float | None = None,
+) -> Dataset:
+    if session.scalar(select(Dataset.id).where(Dataset.name == name)) is not None:
+        raise Conflict(f"a dataset named {name!r} already exists")
+    dataset = Dataset(
+        name=name,
+        description=description,
+        metric=metric,
+        epsilon_cap=epsilon_cap,
+        delta_cap=delta_cap,
+    )
+    session.add(dataset)
+    try:
+        with session.begin_nested():
+            session.flush()
+    except IntegrityError as exc:
+        raise Conflict(f"a dataset named {name!r} already exists") from exc
+    return dataset
+
+
+def get_dataset(*, session: Session, dataset_id: str) -> Dataset:
+    dataset = session.get(Dataset, dataset_id)
+    if dataset is None:
+        raise NotFound(f"no dataset with id {dataset_id!r}")
+    return dataset
+
+
+def list_datasets(*, session: Session, offset: int, limit: int) -> tuple[list[Dataset], int]:
+    total = session.scalar(select(func.count()).select_from(Dataset)) or 0
+    rows = session.scalars(
+        select(Dataset).order_by(Dataset.created_at, Dataset.id).offset(offset).limit(limit)
+    )
+    return list(rows), total
+
+
+def get_model(*, session: Session, model_id: str) -> Model:
+    model = session.get(Model, model_id)
+    if model is None:
+        raise NotFound(f"no model with id {model_id!r}")
+    return model
+
+
+def list_models(
+    *, session: Session, dataset_id: str | None, offset: int, limit: int
+) -> tuple[list[Model], int]:
+    query = select(Model)
+    count = select(func.count()).select_from(Model)
+    if dataset_id is not None:
+        query = query.where(Model.dataset_id == dataset_id)
+        count = count.where(Model.dataset_id == dataset_id)
+    total = session.scalar(count) or 0
+    rows = session.scalars(query.order_by(Model.created_at, Model.id).offset(offset).limit(limit))
+    return list(rows), total
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Everything about a model but its bytes, already validated."""
+
+    dataset_id: str
+    name: str
+    version: int
+    mechanism: Mechanism
+    run_id: str | None = None
+    step: int | None = None
+    metrics: dict[str, float] | None = None
+    claimed_epsilon: float | None = None
+    claimed_delta: float | None = None
+
+
+def _check_model_free(session: Session, spec: ModelSpec) -> None:
+    get_dataset(session=session, dataset_id=spec.dataset_id)
+    taken = session.scalar(
+        select(Model.id).where(
+            Model.dataset_id == spec.dataset_id,
+            Model.name == spec.name,
+            Model.version == spec.version,
+        )
+    )
+    if taken is not None:
+        raise Conflict(
+            f"dataset {spec.dataset_id!r} already has model {spec.name!r} version {spec.version}"
+        )
+
+
+def register_model(
+    *,
+    session: Session,
+    blobs: BlobStore,
+    spec: ModelSpec,
+    chunks: Iterable[bytes],
+    max_bytes: int | None = None,
+) -> Model:
+    """Store a checkpoint and its row, both or neither.
+
+    Order: refuse an unknown dataset or a taken name before reading any bytes;
+    stage the bytes in a temporary file; parse them as safetensors; insert the
+    row (flush); move the blob into place; commit. Any failure before the move
+    leaves no blob; a failed commit removes a blob this call created and no row
+    references.
+    """
+    _check_model_free(session, spec)
+    staged = blobs.stage(chunks, max_bytes=max_bytes)
+    try:
+        signature = read_signature(staged.path)
+        model = Model(
+            dataset_id=spec.dataset_id,
+            name=spec.name,
+            version=spec.version,
+            mechanism=canonical_mechanism(spec.mechanism),
+            mechanism_type=spec.mechanism.type,
+            mechanism_hash=mechanism_hash(spec.mechanism),
+            lineage_run_id=spec.run_id,
+            lineage_step=spec.step,
+            signature=signature,
+            signature_hash=signature_hash(signature),
+            sha256=staged.sha256,
+            size_bytes=staged.size,
+            metrics=dict(spec.metrics or {}),
+            claimed_epsilon=spec.claimed_epsilon,
+            claimed_delta=spec.claimed_delta,
+        )
+        session.add(model)
+        try:
+            session.flush()
+        except IntegrityError as exc:
+            session.rollback()
+            raise Conflict(
+                f"dataset {spec.dataset_id!r} already has model {spec.name!r} "
+                f"version {spec.version}"
+            ) from exc
+    except BaseException:
+        blobs.discard(staged)
+        raise
+    created = blobs.promote(staged)
+    try:
+        session.commit()
+    except BaseException:
+        session.rollback()
+        if created and not _blob_referenced(session, staged.sha256):
+            blobs.delete(staged.sha256)
+        raise
+    return model
+
+
+def _blob_referenced(session: Session, sha256: str) -> bool:
+    return session.scalar(select(Model.id).where(Model.sha256 == sha256).limit(1)) is not None

@@ -1,0 +1,111 @@
+"""Fixtures: real Postgres (a fresh database per test run, migrated by Alembic,
+each test inside a transaction rolled back at the end) and the SQLite default
+(a copy of a migrated file per test)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+from service.api.app import create_app
+from service.config import Settings
+from service.registry.db import make_engine
+from service.registry.migrate import upgrade
+
+PG_ADMIN_URL = os.environ.get(
+    "RETARGET_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A new database on the real server, migrated to head, dropped afterwards."""
+    name = f"retarget_test_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    url = make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+    try:
+        upgrade(url=url)
+        yield url
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def postgres_engine(postgres_url: str) -> Iterator[Engine]:
+    engine = make_engine(postgres_url)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("sqlite") / "template.db"
+    upgrade(url=f"sqlite:///{path}")
+    return path
+
+
+class Backend:
+    """A database for one test: its URL, a session factory and the engine behind it."""
+
+    def __init__(self, name: str, url: str, engine: Engine, factory: sessionmaker[Session]):
+        self.name = name
+        self.url = url
+        self.engine = engine
+        self.session_factory = factory
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend(
+    request: pytest.FixtureRequest, tmp_path: Path, sqlite_template: Path
+) -> Iterator[Backend]:
+    if request.param == "sqlite":
+        path = tmp_path / "retarget.db"
+        shutil.copy(sqlite_template, path)
+        url = f"sqlite:///{path}"
+        engine = make_engine(url)
+        yield Backend("sqlite", url, engine, sessionmaker(bind=engine, expire_on_commit=False))
+        engine.dispose()
+        return
+    pg_engine: Engine = request.getfixturevalue("postgres_engine")
+    url = request.getfixturevalue("postgres_url")
+    conn = pg_engine.connect()
+    outer = conn.begin()
+    factory = sessionmaker(
+        bind=conn, expire_on_commit=False, join_transaction_mode="create_savepoint"
+    )
+    try:
+        yield Backend("postgres", url, pg_engine, factory)
+    finally:
+        outer.rollback()
+        conn.close()
+
+
+@pytest.fixture
+def settings(tmp_path: Path, backend: Backend) -> Settings:
+    return Settings(data_dir=tmp_path / "data", database_url=backend.url, auto_migrate=False)
+
+
+@pytest.fixture
+def client(settings: Settings, backend: Backend) -> Iterator[TestClient]:
+    app = create_app(settings, session_factory=backend.session_factory)
+    with TestClient(app) as c:
+        yield c
+
+
+def blob_files(settings: Settings) -> list[str]:
+    """Every file under the blob folder, temporary ones included."""
+    root = settings.resolved_blob_dir
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())

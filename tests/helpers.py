@@ -1,0 +1,47 @@
+"""Small builders shared by the tests."""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Any
+
+import torch
+from safetensors.torch import save
+
+DP_SGD = {
+    "type": "dp_sgd",
+    "sampling": "poisson",
+    "sampling_rate": 0.004,
+    "noise_multiplier": 1.0,
+    "clipping_norm": 1.0,
+    "steps": 700,
+    "learning_rate": 0.1,
+    "optimizer": "sgd",
+}
+
+
+def checkpoint_bytes(seed: int = 0, shapes: dict[str, tuple[int, ...]] | None = None) -> bytes:
+    gen = torch.Generator().manual_seed(seed)
+    shapes = shapes or {"linear.weight": (10, 64), "linear.bias": (10,)}
+    return save({name: torch.randn(shape, generator=gen) for name, shape in shapes.items()})
+
+
+def pickle_bytes() -> bytes:
+    buf = io.BytesIO()
+    torch.save({"linear.weight": torch.randn(10, 64)}, buf)
+    return buf.getvalue()
+
+
+def model_metadata(dataset_id: str, name: str = "lr", **extra: Any) -> str:
+    meta: dict[str, Any] = {"dataset_id": dataset_id, "name": name, "mechanism": DP_SGD}
+    meta.update(extra)
+    return json.dumps(meta)
+
+
+def upload(client: Any, weights: bytes, metadata: str) -> Any:
+    return client.post(
+        "/v1/models",
+        files={"weights": ("model.safetensors", weights, "application/octet-stream")},
+        data={"metadata": metadata},
+    )

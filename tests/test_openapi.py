@@ -1,0 +1,34 @@
+"""The committed OpenAPI document is what the app serves: regenerate with `retarget openapi`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from service.cli import render_openapi
+
+COMMITTED = Path(__file__).resolve().parents[1] / "openapi" / "openapi.json"
+
+
+def test_committed_openapi_document_is_current() -> None:
+    assert COMMITTED.is_file(), "openapi/openapi.json is missing: run `retarget openapi`"
+    assert COMMITTED.read_text() == render_openapi(), (
+        "openapi/openapi.json is stale: run `retarget openapi`"
+    )
+
+
+def test_contract_paths_are_documented() -> None:
+    import json
+
+    paths = json.loads(render_openapi())["paths"]
+    for path in (
+        "/v1/datasets",
+        "/v1/datasets/{dataset_id}",
+        "/v1/models",
+        "/v1/models/{model_id}",
+        "/v1/models/{model_id}/weights",
+        "/healthz",
+        "/readyz",
+    ):
+        assert path in paths
+    upload = paths["/v1/models"]["post"]["requestBody"]["content"]
+    assert set(upload["multipart/form-data"]["schema"]["properties"]) == {"weights", "metadata"}
