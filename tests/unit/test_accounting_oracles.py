@@ -67,7 +67,9 @@ def test_poisson_dp_sgd_epsilon_matches_dp_accounting_pld() -> None:
 def test_rdp_equals_opacus_at_integer_orders(q: float, sigma: float) -> None:
     ints = [a for a in ORDERS if float(a).is_integer()]
     theirs = np.asarray(opacus_rdp(q=q, noise_multiplier=sigma, steps=300, orders=ints))
-    ours = subsampled_gaussian_rdp([q], [sigma], ints)[0] * 300
+    # The RDP part does not depend on the PLD grid; a coarse one keeps this fast.
+    mech = parse_mechanism(dp_sgd(q, sigma, 300))
+    ours = compute_profile(mech, discretization=0.05).rdp_at(ints)
     finite = np.isfinite(theirs)
     np.testing.assert_allclose(ours[finite], theirs[finite], rtol=1e-8)
     assert np.all(ours[finite] >= theirs[finite])
