@@ -8,12 +8,17 @@ mu of N(c mu, sigma^2 I_d) against Q = N(0, sigma^2 I_d).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy import special
 
 #: What the profile says about how each direction was bounded.
-FORWARD_METHOD = "Theorem 3.1 eq. (3), first term (D_alpha(P||Q))"
+FORWARD_METHOD = (
+    "Theorem 3.1: exact eq. (2) first term (Lemma 3.12) at the orders it is tractable, "
+    "eq. (3) first term elsewhere (D_alpha(P||Q))"
+)
 REVERSE_METHOD = (
     "AM-GM bound c^2 k / (2 sigma^2) (1 + (alpha - 1) k / d) on D_alpha(Q||P); the "
     "paper's second term is not used (it falls below numerical integration)"
@@ -81,4 +86,82 @@ def fill_fractional(orders: NDArray, values: NDArray, integer_mask: NDArray) -> 
         x0, x1, y0, y1 = xs[j - 1], xs[j], ys[j - 1], ys[j]
         chord = y0 + (y1 - y0) * (alpha - x0) / (x1 - x0)
         out[i] = chord / (alpha - 1.0)
+    return out
+
+
+def forward_rdp_exact(
+    d: int, k: int, noise_multiplier: float, orders: ArrayLike, max_work: int = 20_000
+) -> NDArray:
+    """D_alpha(P || Q) exactly at integer orders, by Lemma 3.12 (eq. (2), first term).
+
+    Lemma 3.12 is an identity for integer alpha:
+    exp((alpha-1) D) = E[exp(c^2 / (2 sigma^2) sum_{i != j} mu_i . mu_j)] over alpha
+    independent uniform k-subsets mu_1..mu_alpha, and sum_{i != j} mu_i . mu_j =
+    ||n||^2 - alpha k where n counts how often each of the d coordinates was picked.
+    A dynamic program over the multiset of counts (the distribution is symmetric in
+    the coordinates) adds one subset at a time; each transition picks j_v of the m_v
+    coordinates currently at count v, with probability prod_v C(m_v, j_v) / C(d, k).
+    Order alpha is read off after alpha steps, so one pass serves every order.
+    Orders that are not integers >= 2, or that the pass does not reach within
+    ``max_work`` transitions, get NaN (not computed).
+    """
+    a = np.asarray(orders, dtype=np.float64)
+    out = np.full(a.shape, np.nan)
+    wanted = {int(x) for x in a if float(x).is_integer() and x >= 2}
+    if not wanted:
+        return out
+    lam = 1.0 / (2.0 * noise_multiplier**2)
+    log_total = _log_comb(d, k)
+    states: dict[tuple[int, ...], float] = {(d,): 0.0}  # histogram m_v by count v -> log prob
+    work = 0
+    for step in range(1, max(wanted) + 1):
+        nxt: dict[tuple[int, ...], list[float]] = {}
+        for hist, logp in states.items():
+            choices = _choices(hist, k)
+            work += len(choices)
+            if work > max_work:
+                return out
+            for choice in choices:
+                new = [*hist, 0]
+                log_ways = 0.0
+                for v, j in enumerate(choice):
+                    if j:
+                        log_ways += _log_comb(hist[v], j)
+                        new[v] -= j
+                        new[v + 1] += j
+                while new and new[-1] == 0:
+                    new.pop()
+                nxt.setdefault(tuple(new), []).append(logp + log_ways - log_total)
+        states = {h: _logsumexp(v) for h, v in nxt.items()}
+        if step in wanted:
+            terms = [
+                logp + lam * (sum(v * v * m for v, m in enumerate(hist)) - step * k)
+                for hist, logp in states.items()
+            ]
+            out[a == step] = _logsumexp(terms) / (step - 1)
+    return out
+
+
+def _log_comb(n: int, r: int) -> float:
+    return math.lgamma(n + 1) - math.lgamma(r + 1) - math.lgamma(n - r + 1)
+
+
+def _logsumexp(values: list[float]) -> float:
+    top = max(values)
+    return top + math.log(math.fsum(math.exp(v - top) for v in values))
+
+
+def _choices(hist: tuple[int, ...], k: int) -> list[tuple[int, ...]]:
+    """All ways to pick k coordinates: j_v from the m_v coordinates at each count v."""
+    out: list[tuple[int, ...]] = []
+
+    def rec(v: int, left: int, acc: list[int]) -> None:
+        if v == len(hist):
+            if left == 0:
+                out.append(tuple(acc))
+            return
+        for j in range(min(hist[v], left) + 1):
+            rec(v + 1, left - j, [*acc, j])
+
+    rec(0, k, [])
     return out

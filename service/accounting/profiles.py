@@ -317,7 +317,10 @@ def _bis(mech: BalancedIterationSubsampling, discretization: float) -> dict[str,
     integer = np.array([float(a).is_integer() and a >= 2 for a in ORDERS])
     ints = ORDERS[integer]
     d, k, sigma = mech.iterations, mech.participations, mech.noise_multiplier
-    per_epoch = np.maximum(bis.forward_rdp(d, k, sigma, ints), bis.reverse_rdp(d, k, sigma, ints))
+    forward = bis.forward_rdp(d, k, sigma, ints)
+    exact = bis.forward_rdp_exact(d, k, sigma, ints)
+    forward = np.where(np.isnan(exact), forward, np.minimum(exact, forward))
+    per_epoch = np.maximum(forward, bis.reverse_rdp(d, k, sigma, ints))
     rdp_known = _safe(mech.epochs * per_epoch)
     return {
         "rdp": RdpProfile(ORDERS, rdp_upper_bound(ints, rdp_known, ORDERS)),

@@ -14,6 +14,7 @@ from service.api.deps import AppContext
 from service.api.limits import BodySizeLimit
 from service.api.routes import datasets, health, models
 from service.config import Settings, get_settings
+from service.jobs.profiles import MemoryProfileStore, Profiles
 from service.registry.blobs import LocalBlobStore
 from service.registry.db import make_engine, make_sessionmaker
 
@@ -36,6 +37,7 @@ def create_app(
         engine=engine,
         session_factory=session_factory or make_sessionmaker(engine),
         blobs=LocalBlobStore(settings.resolved_blob_dir),
+        profiles=Profiles(MemoryProfileStore()),
     )
     app = FastAPI(
         title="Retarget",

@@ -11,6 +11,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.config import Settings
+from service.jobs.profiles import Profiles
 from service.registry.blobs import BlobStore
 
 
@@ -22,6 +23,7 @@ class AppContext:
     engine: Engine
     session_factory: sessionmaker[Session]
     blobs: BlobStore
+    profiles: Profiles
 
 
 def get_context(request: Request) -> AppContext:
@@ -51,3 +53,10 @@ def get_settings_dep(ctx: ContextDep) -> Settings:
 SessionDep = Annotated[Session, Depends(get_session)]
 BlobsDep = Annotated[BlobStore, Depends(get_blobs)]
 SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
+
+
+def get_profiles(ctx: ContextDep) -> Profiles:
+    return ctx.profiles
+
+
+ProfilesDep = Annotated[Profiles, Depends(get_profiles)]

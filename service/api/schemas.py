@@ -91,6 +91,13 @@ class ModelPublic(BaseModel):
     size_bytes: int
     metrics: dict[str, float]
     claimed: Claimed | None
+    claim_check: str | None = Field(
+        description="understated | consistent | conservative | unverifiable: the claim "
+        "against our bound at the claimed delta"
+    )
+    recomputed_epsilon: float | None = Field(
+        description="our epsilon at the claimed delta (best accountant), rounded up"
+    )
     created_at: datetime
     download_url: str
 
@@ -111,3 +118,12 @@ class Problem(BaseModel):
     detail: str
     instance: str | None = None
     errors: list[dict[str, Any]] | None = None
+
+
+class EpsilonPublic(BaseModel):
+    epsilon: float = Field(description="the smallest epsilon we can prove at delta, rounded up")
+    delta: float
+    accountant: str = Field(description="the accountant asked for: rdp | pld | best")
+    used: str = Field(description="the accountant that gave this epsilon")
+    heuristic: bool = Field(description="true when the bound rests on an approximation")
+    notes: list[str]

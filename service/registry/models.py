@@ -104,6 +104,10 @@ class Model(Base):
     metrics: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     claimed_epsilon: Mapped[float | None] = mapped_column(Float)
     claimed_delta: Mapped[float | None] = mapped_column(Float)
+    #: understated | consistent | conservative | unverifiable (service.accounting.claims)
+    claim_check: Mapped[str | None] = mapped_column(String(32))
+    #: Our bound at the claimed delta (best accountant), unrounded.
+    recomputed_epsilon: Mapped[float | None] = mapped_column(Float)
 
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 

@@ -95,6 +95,8 @@ class ModelSpec:
     metrics: dict[str, float] | None = None
     claimed_epsilon: float | None = None
     claimed_delta: float | None = None
+    claim_check: str | None = None
+    recomputed_epsilon: float | None = None
 
 
 def _check_model_free(session: Session, spec: ModelSpec) -> None:
@@ -148,6 +150,8 @@ def register_model(
             metrics=dict(spec.metrics or {}),
             claimed_epsilon=spec.claimed_epsilon,
             claimed_delta=spec.claimed_delta,
+            claim_check=spec.claim_check,
+            recomputed_epsilon=spec.recomputed_epsilon,
         )
         session.add(model)
         try:

@@ -174,3 +174,20 @@ def test_the_printed_reverse_term_would_understate_where_ours_does_not() -> None
     assert reverse == pytest.approx(0.5690, abs=1e-3)
     assert reverse > 0.5502
     assert float(bis.reverse_rdp(2, 1, 1.0, [2])[0]) >= reverse
+
+
+@pytest.mark.parametrize(("d", "k", "sigma"), [(2, 1, 1.0), (3, 2, 1.5), (4, 2, 2.0), (4, 1, 0.8)])
+def test_exact_eq2_equals_numerical_integration_and_is_below_eq3(
+    d: int, k: int, sigma: float
+) -> None:
+    orders = [2, 3, 4]
+    exact = bis.forward_rdp_exact(d, k, sigma, orders)
+    for alpha, value in zip(orders, exact, strict=True):
+        forward, _ = bis_divergences_gauss_hermite(d, k, sigma, alpha, points=60 if d <= 3 else 36)
+        assert value == pytest.approx(forward, rel=1e-8)
+    assert np.all(exact <= bis.forward_rdp(d, k, sigma, orders) * (1 + 1e-12))
+
+
+def test_exact_eq2_gives_up_where_it_is_not_tractable() -> None:
+    values = bis.forward_rdp_exact(1000, 10, 2.7, [2, 3, 64, 1024])
+    assert np.isfinite(values[0]) and np.isnan(values[-1])

@@ -1,7 +1,8 @@
 from __future__ import annotations
 
 import json
-from typing import IO, Annotated, Any
+import math
+from typing import IO, Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
@@ -9,11 +10,22 @@ from pydantic import ValidationError
 from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException
 
-from service.accounting.mechanisms import error_messages
+from service.accounting.claims import check_claim
+from service.accounting.conversions import round_up
+from service.accounting.mechanisms import error_messages, parse_mechanism
+from service.accounting.profiles import ACCOUNTANTS
 from service.api.blob_responses import blob_response
-from service.api.deps import AppContext, BlobsDep, ContextDep, SessionDep
-from service.api.schemas import Claimed, Lineage, ModelCreate, ModelPublic, ModelsPublic, Problem
-from service.errors import InvalidInput, PayloadTooLarge
+from service.api.deps import AppContext, BlobsDep, ContextDep, ProfilesDep, SessionDep
+from service.api.schemas import (
+    Claimed,
+    EpsilonPublic,
+    Lineage,
+    ModelCreate,
+    ModelPublic,
+    ModelsPublic,
+    Problem,
+)
+from service.errors import InvalidInput, PayloadTooLarge, Unsupported
 from service.registry import repository
 from service.registry.blobs import iter_file
 from service.registry.db import session_scope
@@ -70,6 +82,10 @@ def to_public(model: Model) -> ModelPublic:
             if model.claimed_epsilon is not None and model.claimed_delta is not None
             else None
         ),
+        claim_check=model.claim_check,
+        recomputed_epsilon=(
+            round_up(model.recomputed_epsilon) if model.recomputed_epsilon is not None else None
+        ),
         created_at=model.created_at,
         download_url=f"/v1/models/{model.id}/weights",
     )
@@ -93,6 +109,10 @@ def parse_metadata(raw: str | bytes) -> ModelCreate:
 
 
 def _register(ctx: AppContext, meta: ModelCreate, weights: IO[bytes]) -> ModelPublic:
+    claim = None
+    if meta.claimed is not None:
+        profile = ctx.profiles.get(meta.mechanism)
+        claim = check_claim(profile, meta.claimed.epsilon, meta.claimed.delta)
     spec = repository.ModelSpec(
         dataset_id=meta.dataset_id,
         name=meta.name,
@@ -103,6 +123,8 @@ def _register(ctx: AppContext, meta: ModelCreate, weights: IO[bytes]) -> ModelPu
         metrics=meta.metrics,
         claimed_epsilon=meta.claimed.epsilon if meta.claimed else None,
         claimed_delta=meta.claimed.delta if meta.claimed else None,
+        claim_check=claim.status if claim else None,
+        recomputed_epsilon=claim.recomputed_epsilon if claim else None,
     )
     with session_scope(ctx.session_factory) as session:
         model = repository.register_model(
@@ -201,3 +223,45 @@ def get_model_weights(
     model = repository.get_model(session=session, model_id=model_id)
     filename = f"{model.name}-v{model.version}.safetensors"
     return blob_response(request, blobs, model.sha256, filename)
+
+
+DeltaQuery = Annotated[float, Query(gt=0, lt=1, allow_inf_nan=False)]
+AccountantQuery = Annotated[Literal["rdp", "pld", "best"], Query()]
+
+
+@router.get(
+    "/{model_id}/epsilon",
+    response_model=EpsilonPublic,
+    responses={404: {"model": Problem}, 422: {"model": Problem}},
+)
+def get_model_epsilon(
+    model_id: str,
+    session: SessionDep,
+    profiles: ProfilesDep,
+    delta: DeltaQuery = 1e-5,
+    accountant: AccountantQuery = "best",
+) -> EpsilonPublic:
+    """The model's privacy guarantee at ``delta``: an upper bound, rounded up."""
+    model = repository.get_model(session=session, model_id=model_id)
+    profile = profiles.get(parse_mechanism(model.mechanism))
+    eps = profile.epsilon(delta, accountant)
+    # The PLD accountant falls back to the RDP-derived curve where no PLD is known.
+    used = "pld" if profile.pld is not None and eps == profile.epsilon(delta, "pld") else "rdp"
+    if not math.isfinite(eps):
+        reason = (
+            "the model has no privacy guarantee"
+            if profile.non_private
+            else (
+                f"the {accountant} accountant proves no finite epsilon at delta={delta} for a "
+                f"{profile.mechanism_type} mechanism"
+            )
+        )
+        raise Unsupported(reason, accountants=list(ACCOUNTANTS))
+    return EpsilonPublic(
+        epsilon=round_up(eps),
+        delta=delta,
+        accountant=accountant,
+        used=used,
+        heuristic=profile.heuristic,
+        notes=list(profile.notes),
+    )

@@ -1,0 +1,1 @@
+"""Profile computation and caching (and, with Redis, the accounting worker)."""

@@ -1,0 +1,87 @@
+"""Privacy profiles by mechanism, computed once and cached.
+
+The cache key is the canonical mechanism hash plus the profile format and the
+dp_accounting version, so equal mechanisms share one entry and a profile made
+by older code is never served as a current one. ``MemoryProfileStore`` is the
+embedded default; every cached profile can be recomputed, so losing the cache
+loses nothing.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from importlib import metadata
+from typing import Protocol
+
+from service.accounting.mechanisms import Mechanism, mechanism_hash
+from service.accounting.pld import DEFAULT_DISCRETIZATION
+from service.accounting.profiles import PROFILE_FORMAT, PrivacyProfile, compute_profile
+
+
+def profile_key(mech_hash: str, discretization: float = DEFAULT_DISCRETIZATION) -> str:
+    dp_version = metadata.version("dp-accounting")
+    return f"retarget:profile:f{PROFILE_FORMAT}:dpacc{dp_version}:{discretization:g}:{mech_hash}"
+
+
+class ProfileStore(Protocol):
+    def get(self, key: str) -> PrivacyProfile | None: ...
+
+    def put(self, key: str, profile: PrivacyProfile) -> None: ...
+
+
+class MemoryProfileStore:
+    """A bounded LRU of profiles inside this process."""
+
+    def __init__(self, max_entries: int = 256) -> None:
+        self.max_entries = max_entries
+        self._items: OrderedDict[str, PrivacyProfile] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> PrivacyProfile | None:
+        with self._lock:
+            profile = self._items.get(key)
+            if profile is not None:
+                self._items.move_to_end(key)
+            return profile
+
+    def put(self, key: str, profile: PrivacyProfile) -> None:
+        with self._lock:
+            self._items[key] = profile
+            self._items.move_to_end(key)
+            while len(self._items) > self.max_entries:
+                self._items.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+
+class Profiles:
+    """Get a mechanism's profile from the store, computing it on a miss."""
+
+    def __init__(self, store: ProfileStore, discretization: float = DEFAULT_DISCRETIZATION) -> None:
+        self.store = store
+        self.discretization = discretization
+        self._locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
+
+    def key(self, mechanism: Mechanism) -> str:
+        return profile_key(mechanism_hash(mechanism), self.discretization)
+
+    def cached(self, mechanism: Mechanism) -> PrivacyProfile | None:
+        return self.store.get(self.key(mechanism))
+
+    def get(self, mechanism: Mechanism) -> PrivacyProfile:
+        key = self.key(mechanism)
+        profile = self.store.get(key)
+        if profile is not None:
+            return profile
+        with self._guard:
+            lock = self._locks.setdefault(key, threading.Lock())
+        with lock:  # one computation per key in this process
+            profile = self.store.get(key)
+            if profile is None:
+                profile = compute_profile(mechanism, discretization=self.discretization)
+                self.store.put(key, profile)
+        return profile
