@@ -61,3 +61,49 @@ def bis_divergences_gauss_hermite(
     forward = math.log(np.sum(ws * ratio**alpha)) / (alpha - 1)
     reverse = math.log(np.sum(ws * ratio ** (1 - alpha))) / (alpha - 1)
     return forward, reverse
+
+
+def rs_gaussian_pair(pi: float, s1: float, s2: float, shift: float):
+    """Exact output laws of RS between two Gaussian mechanisms N(mu, s1^2), N(mu, s2^2)
+    on neighbouring data (mean moved by ``shift``): densities of P (shifted) and Q."""
+
+    def p(x: float) -> float:
+        return pi * stats.norm.pdf(x, shift, s1) + (1 - pi) * stats.norm.pdf(x, shift, s2)
+
+    def q(x: float) -> float:
+        return pi * stats.norm.pdf(x, 0, s1) + (1 - pi) * stats.norm.pdf(x, 0, s2)
+
+    return p, q
+
+
+def hockey_stick_quad(p, q, epsilon: float, span: float) -> float:
+    """int (p - e^eps q)_+ by adaptive quadrature over [-span, span]."""
+    from scipy import integrate
+
+    val, _ = integrate.quad(
+        lambda x: max(0.0, p(x) - math.exp(epsilon) * q(x)),
+        -span,
+        span,
+        limit=500,
+        epsabs=1e-14,
+        epsrel=1e-10,
+    )
+    return val
+
+
+def renyi_quad(p, q, alpha: float, span: float) -> float:
+    """D_alpha(p || q) by adaptive quadrature (mpmath, high precision)."""
+    mp.mp.dps = 30
+
+    def f(x: mp.mpf) -> mp.mpf:
+        return mp.mpf(p(float(x))) ** alpha * mp.mpf(q(float(x))) ** (1 - alpha)
+
+    total = mp.quad(f, [-span, 0, span])
+    return float(mp.log(total) / (alpha - 1))
+
+
+def clopper_pearson_upper(k: int, n: int, confidence: float) -> float:
+    """Upper end of the one-sided Clopper-Pearson interval for a binomial rate."""
+    if k >= n:
+        return 1.0
+    return float(stats.beta.ppf(confidence, k + 1, n - k))

@@ -91,6 +91,17 @@ def delta_from_rdp(orders: ArrayLike, rdp: ArrayLike, epsilon: float) -> float:
     return float(min(1.0, math.exp(float(np.min(log_delta)))))
 
 
+def delta_from_rdp_grid(orders: ArrayLike, rdp: ArrayLike, epsilons: ArrayLike) -> NDArray:
+    """``delta_from_rdp`` at many epsilons at once (same bound, vectorised)."""
+    a, r = _arrays(orders, rdp)
+    eps = np.asarray(epsilons, dtype=np.float64)[:, None]
+    with np.errstate(invalid="ignore", over="ignore"):
+        log_delta = (a - 1) * (r - eps + np.log1p(-1 / a)) - np.log(a)
+        kl_route = 0.5 * np.log1p(-np.exp(-r))
+    log_delta = np.minimum(np.nan_to_num(log_delta, nan=np.inf), kl_route)
+    return np.minimum(1.0, np.exp(np.min(log_delta, axis=1)))
+
+
 def round_up(value: float, digits: int = 6) -> float:
     """``value`` rounded up to ``digits`` significant digits; the result is never below it."""
     if not math.isfinite(value) or value == 0:

@@ -8,9 +8,12 @@ exception the user opted into (shuffled batches accounted as Poisson).
 
 from __future__ import annotations
 
+import base64
 import math
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from importlib import metadata
 from typing import Any, Literal
 
@@ -24,8 +27,10 @@ from service.accounting.conversions import (
     check_delta,
     check_epsilon,
     delta_from_rdp,
+    delta_from_rdp_grid,
     eps_from_rdp,
 )
+from service.accounting.curves import EPS_GRID, DeltaCurves
 from service.accounting.mechanisms import (
     DPSGD,
     BalancedIterationSubsampling,
@@ -158,6 +163,26 @@ class PrivacyProfile:
         d = self.rdp.delta(epsilon) if self.rdp is not None else 1.0
         return d, d
 
+    @cached_property
+    def curves(self) -> DeltaCurves:
+        """Both hockey-stick curves tabulated on EPS_GRID (upper bounds)."""
+        if self.non_private:
+            ones = np.ones_like(EPS_GRID)
+            return DeltaCurves(ones, ones)
+        if self.pld is not None:
+            # The vectorised sum may round differently from a scalar query: a 1e-12
+            # relative margin keeps the table above every direct evaluation.
+            remove = self.pld.remove.get_delta_for_epsilon(EPS_GRID) * (1 + 1e-12)
+            add = self.pld.add.get_delta_for_epsilon(EPS_GRID) * (1 + 1e-12)
+            return DeltaCurves(
+                np.minimum(1.0, np.asarray(remove, float)), np.minimum(1.0, np.asarray(add, float))
+            )
+        if self.rdp is None:
+            ones = np.ones_like(EPS_GRID)
+            return DeltaCurves(ones, ones)
+        both = delta_from_rdp_grid(self.rdp.orders, self.rdp.epsilons, EPS_GRID)
+        return DeltaCurves(both, both)
+
     def rdp_at(self, orders: ArrayLike) -> NDArray[np.float64]:
         if self.rdp is None or self.non_private:
             return np.full(np.atleast_1d(np.asarray(orders)).shape, np.inf)
@@ -176,6 +201,10 @@ class PrivacyProfile:
                 "epsilons": [_json_float(e) for e in self.rdp.epsilons],
             },
             "pld": None if self.pld is None else self.pld.to_json(),
+            "curves": {
+                "remove": _pack(self.curves.remove),
+                "add": _pack(self.curves.add),
+            },
             "non_private": self.non_private,
             "heuristic": self.heuristic,
             "methods": self.methods,
@@ -187,7 +216,7 @@ class PrivacyProfile:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> PrivacyProfile:
         rdp = data.get("rdp")
-        return cls(
+        profile = cls(
             mechanism_type=data["mechanism_type"],
             mechanism_hash=data["mechanism_hash"],
             rdp=None
@@ -206,6 +235,21 @@ class PrivacyProfile:
             parameters=dict(data.get("parameters", {})),
             versions=dict(data.get("versions", {})),
         )
+        curves = data.get("curves")
+        if curves is not None:
+            # cached_property stores in __dict__, which a frozen dataclass allows.
+            profile.__dict__["curves"] = DeltaCurves(
+                _unpack(curves["remove"]), _unpack(curves["add"])
+            )
+        return profile
+
+
+def _pack(values: NDArray) -> str:
+    return base64.b64encode(zlib.compress(np.asarray(values, "<f8").tobytes(), 6)).decode()
+
+
+def _unpack(text: str) -> NDArray[np.float64]:
+    return np.frombuffer(zlib.decompress(base64.b64decode(text)), "<f8").astype(np.float64)
 
 
 def _json_float(value: float) -> float | None:

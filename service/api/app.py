@@ -12,7 +12,7 @@ from service import __version__
 from service.api import problems
 from service.api.deps import AppContext
 from service.api.limits import BodySizeLimit
-from service.api.routes import datasets, health, models
+from service.api.routes import datasets, health, models, plans
 from service.config import Settings, get_settings
 from service.jobs.profiles import MemoryProfileStore, Profiles
 from service.registry.blobs import LocalBlobStore
@@ -46,7 +46,7 @@ def create_app(
     )
     app.state.ctx = ctx
     problems.install(app)
-    for router in (health.router, datasets.router, models.router):
+    for router in (health.router, datasets.router, models.router, plans.router):
         app.include_router(router)
 
     upload_limit = settings.max_upload_bytes + settings.max_metadata_bytes + 1024 * 1024

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
@@ -126,4 +126,44 @@ class EpsilonPublic(BaseModel):
     accountant: str = Field(description="the accountant asked for: rdp | pld | best")
     used: str = Field(description="the accountant that gave this epsilon")
     heuristic: bool = Field(description="true when the bound rests on an approximation")
+    notes: list[str]
+
+
+class PlanRequest(_In):
+    dataset_id: str = Field(min_length=1, max_length=36)
+    epsilon: Epsilon
+    delta: Delta
+    method: Literal["rs", "lc", "auto"] = "auto"
+    accountant: Literal["rdp", "pld", "best"] = "best"
+    model_ids: list[Annotated[str, StringConstraints(min_length=1, max_length=36)]] | None = Field(
+        default=None, min_length=1, max_length=64
+    )
+    metric: Annotated[str, StringConstraints(min_length=1, max_length=100)] | None = None
+    metric_goal: Literal["max", "min"] | None = Field(
+        default=None, description="default: 'min' for names like loss/error, else 'max'"
+    )
+    objective: Literal["metric", "noise", "validation"] | None = Field(
+        default=None,
+        description="rs: 'metric' when a metric is known, else 'noise'; lc and auto: 'noise'",
+    )
+
+
+class PlanWeight(BaseModel):
+    model_id: str
+    weight: float
+
+
+class PlanPublic(BaseModel):
+    method: Literal["rs", "lc"]
+    accountant: Literal["rdp", "pld"]
+    weights: list[PlanWeight]
+    epsilon: float = Field(description="achieved epsilon at delta, rounded up, <= the target")
+    delta: float
+    objective: str
+    objective_value: float = Field(
+        description="expected metric (objective 'metric') or merged noise variance ('noise')"
+    )
+    expected_utility: float | None
+    bound: str = Field(description="the theorem that proves the guarantee")
+    heuristic: bool
     notes: list[str]

@@ -1,0 +1,246 @@
+"""Random selection (RS): release model i with probability pi_i.
+
+Source: Section 5 of papers/dp-model-merging.txt (Theorems 5.1 and 5.2,
+Algorithms 1 and 2). For a fixed order (RDP) or a fixed epsilon (PLD) the
+privacy constraint is linear in pi, and so is the expected utility, so the
+best mixture is a linear program whose optimum mixes at most 2 (RDP: one
+constraint) or 3 (PLD: two constraints) models. Every returned pi is checked
+against the target with the full bound before it is returned.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+from scipy.optimize import linprog
+
+from service.accounting.conversions import check_delta
+
+#: delta upper bounds of every candidate at one epsilon: (remove, add), each (N,).
+DeltaAt = Callable[[float], tuple[NDArray, NDArray]]
+
+# ---- bounds ---------------------------------------------------------------------
+
+
+def conversion_offsets(orders: NDArray, delta: float) -> NDArray:
+    """Per-order offset c_alpha with eps = rdp_alpha + c_alpha (Balle et al. 2020, Thm 21;
+    never more than the classic log(1/delta) / (alpha - 1))."""
+    improved = np.log1p(-1 / orders) - (math.log(delta) + np.log(orders)) / (orders - 1)
+    classic = math.log(1 / delta) / (orders - 1)
+    return np.asarray(np.minimum(improved, classic))
+
+
+def rs_rdp(pi: ArrayLike, rdp: NDArray, orders: NDArray) -> NDArray:
+    """Theorem 5.1: eps_alpha(pi) <= log(sum_i pi_i exp((alpha-1) eps_alpha,i)) / (alpha-1).
+
+    ``rdp`` has one row per model, one column per order; log-sum-exp in log space;
+    models with pi_i = 0 drop out (their infinite RDP does not count).
+    """
+    p = np.asarray(pi, dtype=np.float64)
+    use = p > 0
+    with np.errstate(divide="ignore"):
+        terms = np.log(p[use])[:, None] + (orders[None, :] - 1) * rdp[use]
+    top = np.max(terms, axis=0)
+    finite = np.isfinite(top)
+    out = np.full(orders.shape, np.inf)
+    out[finite] = (top[finite] + np.log(np.sum(np.exp(terms[:, finite] - top[finite]), axis=0))) / (
+        orders[finite] - 1
+    )
+    return out
+
+
+def rs_rdp_epsilon(pi: ArrayLike, rdp: NDArray, orders: NDArray, delta: float) -> float:
+    """Algorithm 1: min over orders of the RS RDP bound converted at delta."""
+    check_delta(delta)
+    eps = rs_rdp(pi, rdp, orders) + conversion_offsets(orders, delta)
+    return max(0.0, float(np.min(eps)))
+
+
+def rs_pld_delta(pi: ArrayLike, remove: NDArray, add: NDArray) -> float:
+    """Theorem 5.2: delta(eps) <= max(sum_i pi_i H(P_i||Q_i), sum_i pi_i H(Q_i||P_i)),
+    each direction summed separately before the max."""
+    p = np.asarray(pi, dtype=np.float64)
+    return float(max(p @ remove, p @ add))
+
+
+# ---- planning ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RSPlan:
+    pi: NDArray[np.float64]
+    utility: float
+    order: float | None = None  # the order whose linear constraint was tight (RDP)
+
+
+def plan_rs_rdp(
+    utility: NDArray, rdp: NDArray, orders: NDArray, epsilon: float, delta: float
+) -> RSPlan | None:
+    """The pi maximising sum_i pi_i u_i subject to Algorithm 1's bound <= epsilon.
+
+    For each order the constraint is sum_i pi_i r_i <= 1 with
+    r_i = exp((alpha-1)(eps_alpha,i + c_alpha - epsilon)); the optimum of a linear
+    objective over the simplex cut by one half-space is a feasible vertex or a point
+    on the cut between a feasible and an infeasible vertex, so every order and every
+    pair is enumerated exactly (vectorised). None when nothing is feasible.
+    """
+    offsets = conversion_offsets(orders, delta)
+    with np.errstate(over="ignore", invalid="ignore"):
+        log_r = (orders[None, :] - 1) * (rdp + offsets[None, :] - epsilon)
+        r = np.exp(np.minimum(log_r, 700.0))
+    r = np.where(np.isnan(r), np.inf, r)
+    n = utility.shape[0]
+    best_u = -np.inf
+    best: tuple[int, int | None, float, float] | None = None
+    feasible = r <= 1.0  # (models, orders)
+    if np.any(feasible):
+        u_single = np.where(feasible, utility[:, None], -np.inf)
+        idx = np.unravel_index(np.argmax(u_single), u_single.shape)
+        best_u = float(u_single[idx])
+        best = (int(idx[0]), None, 0.0, float(orders[idx[1]]))
+    # pairs: i feasible, j infeasible with u_j > u_i, weight on the cut
+    ri = r[:, None, :]
+    rj = r[None, :, :]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        wj = (1.0 - ri) / (rj - ri)
+    valid = (ri <= 1.0) & (rj > 1.0) & np.isfinite(rj) & (wj > 0) & (wj < 1)
+    with np.errstate(invalid="ignore"):
+        gain = np.where(
+            valid,
+            utility[:, None, None] + wj * (utility[None, :, None] - utility[:, None, None]),
+            -np.inf,
+        )
+    if np.any(valid):
+        idx = np.unravel_index(np.argmax(gain), gain.shape)
+        if gain[idx] > best_u:
+            best_u = float(gain[idx])
+            best = (int(idx[0]), int(idx[1]), float(wj[idx]), float(orders[idx[2]]))
+    if best is None:
+        return None
+    i, j, w, order = best
+    pi = np.zeros(n)
+    pi[i] = 1.0
+    if j is not None:
+        pi[i], pi[j] = 1.0 - w, w
+    repaired = _repair(pi, lambda p: rs_rdp_epsilon(p, rdp, orders, delta) <= epsilon, i)
+    if repaired is None:
+        return None
+    return RSPlan(pi=repaired, utility=float(repaired @ utility), order=order)
+
+
+def plan_rs_pld(utility: NDArray, remove: NDArray, add: NDArray, delta: float) -> RSPlan | None:
+    """The pi maximising sum_i pi_i u_i subject to Theorem 5.2's bound <= delta at the
+    target epsilon (``remove``/``add``: each model's delta there). One linear program
+    (HiGHS), constraints scaled by delta so its tolerances are relative."""
+    n = utility.shape[0]
+    safe = int(np.argmin(np.maximum(remove, add)))
+    if max(remove[safe], add[safe]) > delta:
+        return None
+    res = linprog(
+        c=-utility,
+        A_ub=np.vstack([remove, add]) / delta,
+        b_ub=np.ones(2),
+        A_eq=np.ones((1, n)),
+        b_eq=np.ones(1),
+        bounds=[(0, None)] * n,
+        method="highs",
+    )
+    pi = np.zeros(n)
+    if res.status == 0:
+        pi = np.clip(res.x, 0.0, None)
+        pi /= pi.sum()
+    else:
+        pi[safe] = 1.0
+    repaired = _repair(pi, lambda p: rs_pld_delta(p, remove, add) <= delta, safe)
+    if repaired is None:
+        return None
+    return RSPlan(pi=repaired, utility=float(repaired @ utility))
+
+
+def _repair(pi: NDArray, ok: Callable[[NDArray], bool], safe: int) -> NDArray | None:
+    """Move weight toward the model at ``safe`` until ``ok(pi)`` holds.
+
+    Only rounding (or an LP solver's feasibility tolerance) can make an optimum
+    miss the target by a hair; the safe vertex itself is feasible.
+    """
+    if ok(pi):
+        return pi
+    vertex = np.zeros_like(pi)
+    vertex[safe] = 1.0
+    for t in (1e-12, 1e-10, 1e-8, 1e-6, 1e-4, 1e-2, 1.0):
+        cand = (1 - t) * pi + t * vertex
+        if ok(cand):
+            return cand
+    return None
+
+
+def min_epsilon_rs_rdp(rdp: NDArray, orders: NDArray, delta: float) -> float:
+    """Smallest epsilon any pi reaches under Algorithm 1: a log-sum-exp is at least
+    its smallest term, so the best single model at its best order attains it."""
+    offsets = conversion_offsets(orders, delta)
+    return max(0.0, float(np.min(rdp + offsets[None, :])))
+
+
+def rs_pld_epsilon(pi: NDArray, at: DeltaAt, delta: float) -> float:
+    """Smallest epsilon (to 1e-9 relative) with Theorem 5.2's bound <= delta."""
+
+    def ok(eps: float) -> bool:
+        remove, add = at(eps)
+        return rs_pld_delta(pi, remove, add) <= delta
+
+    return bisect_epsilon(ok)
+
+
+def min_epsilon_rs_pld(at: DeltaAt, delta: float) -> float:
+    """Smallest epsilon at which some pi meets delta under Theorem 5.2.
+
+    Mixing can beat every single model (one strong in each direction), so each
+    bisection step asks the linear program min_pi max(pi.remove, pi.add) <= delta.
+    """
+
+    def ok(eps: float) -> bool:
+        remove, add = at(eps)
+        if float(np.min(np.maximum(remove, add))) <= delta:
+            return True
+        n = remove.shape[0]
+        # variables: pi (n) and t; minimise t s.t. pi.remove <= t, pi.add <= t
+        res = linprog(
+            c=np.r_[np.zeros(n), 1.0],
+            A_ub=np.vstack([np.r_[remove / delta, -1.0], np.r_[add / delta, -1.0]]),
+            b_ub=np.zeros(2),
+            A_eq=np.r_[np.ones(n), 0.0][None, :],
+            b_eq=np.ones(1),
+            bounds=[(0, None)] * (n + 1),
+            method="highs",
+        )
+        if res.status != 0:
+            return False
+        pi = np.clip(res.x[:n], 0, None)
+        pi /= pi.sum()
+        return rs_pld_delta(pi, remove, add) <= delta
+
+    return bisect_epsilon(ok)
+
+
+def bisect_epsilon(ok: Callable[[float], bool], hi: float = 64.0) -> float:
+    """Smallest epsilon in [0, hi] with ok(epsilon), to 1e-9 relative; inf if none.
+
+    ``ok`` must be monotone (false below some epsilon, true above), as every
+    delta(epsilon) <= target test is. The returned value satisfies ``ok``.
+    """
+    if ok(0.0):
+        return 0.0
+    if not ok(hi):
+        return math.inf
+    lo = 0.0
+    while hi - lo > 1e-9 * max(1.0, hi):
+        mid = 0.5 * (lo + hi)
+        if ok(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi

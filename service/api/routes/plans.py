@@ -1,0 +1,68 @@
+from __future__ import annotations
+
+from fastapi import APIRouter
+from fastapi.concurrency import run_in_threadpool
+
+from service.accounting.conversions import round_up
+from service.accounting.planning import Plan, PlanRequestSpec
+from service.api.deps import ContextDep
+from service.api.schemas import PlanPublic, PlanRequest, PlanWeight, Problem
+from service.jobs.plans import plan_for
+from service.registry.db import session_scope
+
+router = APIRouter(prefix="/v1/plans", tags=["plans"])
+
+
+def to_public(plan: Plan, target_epsilon: float) -> PlanPublic:
+    weights = sorted(plan.weights.items(), key=lambda kv: -kv[1])
+    return PlanPublic(
+        method=plan.method,
+        accountant=plan.accountant,
+        weights=[PlanWeight(model_id=m, weight=w) for m, w in weights],
+        # rounded up, but never past the target the plan was checked against
+        epsilon=min(round_up(plan.epsilon), target_epsilon),
+        delta=plan.delta,
+        objective=plan.objective,
+        objective_value=plan.objective_value,
+        expected_utility=plan.expected_utility,
+        bound=plan.bound,
+        heuristic=plan.heuristic,
+        notes=plan.notes,
+    )
+
+
+@router.post(
+    "",
+    response_model=PlanPublic,
+    responses={404: {"model": Problem}, 422: {"model": Problem}},
+)
+async def create_plan(body: PlanRequest, ctx: ContextDep) -> PlanPublic:
+    """A dry run: the best RS or LC plan for the target. Costs no privacy.
+
+    An unreachable target is a 422 whose ``min_epsilon`` is the smallest epsilon
+    reachable at that delta; a method the models do not support is a 422 with
+    the reason. Plans are computed in the request (profiles come from the cache).
+    """
+    spec = PlanRequestSpec(
+        epsilon=body.epsilon,
+        delta=body.delta,
+        method=body.method,
+        accountant=body.accountant,
+        objective=body.objective,
+        metric=body.metric,
+        metric_goal=body.metric_goal,
+        strict=body.model_ids is not None,
+    )
+
+    def run() -> PlanPublic:
+        with session_scope(ctx.session_factory) as session:
+            plan = plan_for(
+                session=session,
+                profiles=ctx.profiles,
+                dataset_id=body.dataset_id,
+                model_ids=body.model_ids,
+                spec=spec,
+            )
+        return to_public(plan, body.epsilon)
+
+    return await run_in_threadpool(run)

@@ -1,0 +1,163 @@
+"""POST /v1/plans against the registry (Postgres and SQLite)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.helpers import checkpoint_bytes, upload
+
+PROBLEM = "application/problem+json"
+
+
+def sgd(sigma: float, steps: int = 400, **extra) -> dict:
+    return {
+        "type": "dp_sgd",
+        "sampling_rate": 0.01,
+        "noise_multiplier": sigma,
+        "clipping_norm": 1.0,
+        "steps": steps,
+        "learning_rate": 0.1,
+        **extra,
+    }
+
+
+@pytest.fixture
+def registry(client: TestClient) -> dict:
+    ds = client.post("/v1/datasets", json={"name": "digits", "metric": "accuracy"}).json()["id"]
+    ids = {}
+    for name, sigma, acc, run in [
+        ("s08", 0.8, 0.92, "r1"),
+        ("s15", 1.5, 0.88, "r2"),
+        ("s30", 3.0, 0.75, "r3"),
+    ]:
+        meta = {
+            "dataset_id": ds,
+            "name": name,
+            "mechanism": sgd(sigma),
+            "metrics": {"accuracy": acc},
+            "lineage": {"run_id": run, "step": 400},
+        }
+        resp = upload(client, checkpoint_bytes(), json.dumps(meta))
+        assert resp.status_code == 201, resp.text
+        ids[name] = resp.json()["id"]
+    return {"dataset": ds, "models": ids}
+
+
+def plan(client: TestClient, **body):
+    return client.post("/v1/plans", json=body)
+
+
+def test_rs_plan_uses_the_dataset_metric_and_meets_the_target(
+    client: TestClient, registry: dict
+) -> None:
+    resp = plan(client, dataset_id=registry["dataset"], epsilon=2.0, delta=1e-5, method="rs")
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    assert body["method"] == "rs" and body["objective"] == "metric"
+    assert body["epsilon"] <= 2.0 and body["delta"] == 1e-5
+    assert sum(w["weight"] for w in body["weights"]) == pytest.approx(1.0)
+    assert 0.75 <= body["expected_utility"] <= 0.92
+    assert "Theorem 5" in body["bound"]
+
+
+def test_lc_and_auto_plans(client: TestClient, registry: dict) -> None:
+    lc = plan(
+        client,
+        dataset_id=registry["dataset"],
+        epsilon=1.5,
+        delta=1e-5,
+        method="lc",
+        accountant="rdp",
+    ).json()
+    assert lc["method"] == "lc" and lc["epsilon"] <= 1.5 and lc["objective"] == "noise"
+    auto = plan(
+        client, dataset_id=registry["dataset"], epsilon=1.5, delta=1e-5, accountant="rdp"
+    ).json()
+    assert auto["objective_value"] <= lc["objective_value"] * (1 + 1e-9)
+
+
+def test_unreachable_target_is_422_with_min_epsilon(client: TestClient, registry: dict) -> None:
+    resp = plan(
+        client,
+        dataset_id=registry["dataset"],
+        epsilon=0.01,
+        delta=1e-5,
+        method="rs",
+        accountant="rdp",
+    )
+    assert resp.status_code == 422
+    assert resp.headers["content-type"].startswith(PROBLEM)
+    body = resp.json()
+    assert body["type"] == "urn:retarget:problem:infeasible-target"
+    assert body["min_epsilon"] > 0.01
+    again = plan(
+        client,
+        dataset_id=registry["dataset"],
+        epsilon=body["min_epsilon"],
+        delta=1e-5,
+        method="rs",
+        accountant="rdp",
+    )
+    assert again.status_code == 200 and again.json()["epsilon"] <= body["min_epsilon"]
+
+
+def test_lc_on_checkpoints_of_one_run_is_refused_with_the_reason(
+    client: TestClient, registry: dict
+) -> None:
+    ds = registry["dataset"]
+    meta = {
+        "dataset_id": ds,
+        "name": "s08-early",
+        "mechanism": sgd(0.8, steps=200),
+        "lineage": {"run_id": "r1", "step": 200},
+    }
+    early = upload(client, checkpoint_bytes(), json.dumps(meta)).json()["id"]
+    ids = [registry["models"]["s08"], early]
+    resp = plan(client, dataset_id=ds, epsilon=5.0, delta=1e-5, method="lc", model_ids=ids)
+    assert resp.status_code == 422
+    assert resp.json()["type"] == "urn:retarget:problem:unsupported"
+    assert "one run" in resp.json()["detail"]
+    rs = plan(
+        client,
+        dataset_id=ds,
+        epsilon=5.0,
+        delta=1e-5,
+        method="rs",
+        model_ids=ids,
+        objective="noise",
+    )
+    assert rs.status_code == 200
+
+
+def test_models_of_another_dataset_and_unknown_ids(client: TestClient, registry: dict) -> None:
+    other = client.post("/v1/datasets", json={"name": "other"}).json()["id"]
+    foreign = plan(
+        client, dataset_id=other, epsilon=2.0, delta=1e-5, model_ids=[registry["models"]["s08"]]
+    )
+    assert foreign.status_code == 422 and "another dataset" in foreign.json()["detail"]
+    missing = plan(
+        client, dataset_id=registry["dataset"], epsilon=2.0, delta=1e-5, model_ids=["nope"]
+    )
+    assert missing.status_code == 404
+    assert plan(client, dataset_id="nope", epsilon=2.0, delta=1e-5).status_code == 404
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"epsilon": 0, "delta": 1e-5},
+        {"epsilon": 1.0, "delta": 1.0},
+        {"epsilon": 1.0, "delta": 0},
+        {"epsilon": 1.0, "delta": 1e-5, "method": "magic"},
+        {"epsilon": 1.0, "delta": 1e-5, "accountant": "moments"},
+        {"epsilon": 1.0},
+    ],
+)
+def test_bad_plan_requests_are_validation_problems(
+    client: TestClient, registry: dict, body: dict
+) -> None:
+    resp = plan(client, dataset_id=registry["dataset"], **body)
+    assert resp.status_code == 422 and resp.headers["content-type"].startswith(PROBLEM)

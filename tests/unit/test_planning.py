@@ -1,0 +1,176 @@
+"""Plans: frontiers, refusals, infeasible targets."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from service.accounting import linear_combination as lc
+from service.accounting.mechanisms import parse_mechanism
+from service.accounting.planning import Candidate, PlanRequestSpec, make_plan
+from service.accounting.profiles import compute_profile
+from service.errors import InfeasibleTarget, InvalidInput, Unsupported
+
+SHIFT = 0.02  # n = 100 samples clipped to [-1, 1]
+
+
+def candidate(
+    mid: str,
+    mech: dict,
+    run: str | None = None,
+    step: int | None = None,
+    sig: str = "s",
+    **metrics: float,
+) -> Candidate:
+    m = parse_mechanism(mech)
+    return Candidate(mid, m, compute_profile(m), dict(metrics), run or mid, step, sig)
+
+
+def sgd(sigma: float, steps: int = 400, q: float = 0.01, **extra) -> dict:
+    return {
+        "type": "dp_sgd",
+        "sampling_rate": q,
+        "noise_multiplier": sigma,
+        "clipping_norm": 1.0,
+        "steps": steps,
+        "learning_rate": 0.1,
+        **extra,
+    }
+
+
+@pytest.fixture(scope="module")
+def mean_estimation() -> list[Candidate]:
+    return [
+        candidate("low-noise", {"type": "gaussian", "sensitivity": SHIFT, "noise_std": 0.01}),
+        candidate("high-noise", {"type": "gaussian", "sensitivity": SHIFT, "noise_std": 0.04}),
+    ]
+
+
+def test_mean_estimation_lc_beats_rs_and_pld_beats_rdp(mean_estimation) -> None:
+    """Sections 4.1 and 8.1: at every target between the two models, LC's MSE is at most
+    RS's under the same accountant, and PLD reaches at least as low an MSE as RDP."""
+    eps_hi = mean_estimation[0].profile.epsilon(1e-5, "pld")
+    eps_lo = mean_estimation[1].profile.epsilon(1e-5, "rdp")
+    structs = [lc.lc_structure(c.mechanism) for c in mean_estimation]
+    for target in np.linspace(eps_lo * 1.05, eps_hi * 0.95, 5):
+        mse = {}
+        for method in ("rs", "lc"):
+            for acc in ("rdp", "pld"):
+                plan = make_plan(
+                    mean_estimation,
+                    PlanRequestSpec(float(target), 1e-5, method, acc, "noise"),
+                )
+                assert plan.epsilon <= target
+                mse[method, acc] = plan.objective_value
+                if method == "lc":
+                    lam = np.array([plan.weights.get(c.id, 0.0) for c in mean_estimation])
+                    rdp_eps = lc.lc_rdp_epsilon(structs, lam, 1e-5)  # type: ignore[arg-type]
+                    pld_eps = lc.lc_pld_epsilon(structs, lam, 1e-5, 1e-4)  # type: ignore[arg-type]
+                    assert pld_eps <= rdp_eps
+        for acc in ("rdp", "pld"):
+            assert mse["lc", acc] <= mse["rs", acc] * (1 + 1e-9)
+        for method in ("rs", "lc"):
+            assert mse[method, "pld"] <= mse[method, "rdp"] * (1 + 1e-3)
+
+
+def test_infeasible_target_reports_the_smallest_reachable_epsilon(mean_estimation) -> None:
+    with pytest.raises(InfeasibleTarget) as info:
+        make_plan(mean_estimation, PlanRequestSpec(0.01, 1e-5, "rs", "rdp", "noise"))
+    smallest = min(c.profile.epsilon(1e-5, "rdp") for c in mean_estimation)
+    assert info.value.extra["min_epsilon"] == pytest.approx(smallest, rel=1e-5)
+    assert info.value.extra["min_epsilon"] >= smallest
+    # and that epsilon is then reachable
+    plan = make_plan(
+        mean_estimation,
+        PlanRequestSpec(info.value.extra["min_epsilon"], 1e-5, "rs", "rdp", "noise"),
+    )
+    assert plan.epsilon <= info.value.extra["min_epsilon"]
+
+
+def test_rs_is_feasible_wherever_one_model_alone_meets_the_target() -> None:
+    cands = [
+        candidate(f"m{i}", sgd(s), accuracy=a)
+        for i, (s, a) in enumerate([(0.8, 0.9), (1.5, 0.85), (3.0, 0.7)])
+    ]
+    for c in cands:
+        for acc in ("rdp", "pld"):
+            target = c.profile.epsilon(1e-5, acc) * 1.0001
+            plan = make_plan(
+                cands, PlanRequestSpec(target, 1e-5, "rs", acc, "metric", metric="accuracy")
+            )
+            assert plan.epsilon <= target
+            assert plan.expected_utility is not None
+            assert plan.expected_utility >= c.metrics["accuracy"] - 1e-12
+
+
+def test_lc_is_refused_with_a_reason_for_named_incompatible_models() -> None:
+    base = candidate("a", sgd(1.0), run="r1", step=100)
+    cases = {
+        "checkpoints of one run": [base, candidate("b", sgd(1.0, steps=800), run="r1", step=800)],
+        "tensor names": [base, candidate("c", sgd(2.0), sig="other")],
+        "plain SGD": [base, candidate("d", sgd(2.0, optimizer="adam"))],
+        "non-private": [base, candidate("e", {"type": "non_private"})],
+    }
+    for reason, cands in cases.items():
+        with pytest.raises(Unsupported, match=reason):
+            make_plan(cands, PlanRequestSpec(5.0, 1e-5, "lc", "rdp", "noise", strict=True))
+        rs_plan = make_plan(cands, PlanRequestSpec(5.0, 1e-5, "rs", "rdp", "noise"))
+        assert rs_plan.method == "rs"
+
+
+def test_implicit_candidates_drop_what_lc_cannot_use_and_say_so() -> None:
+    cands = [
+        candidate("early", sgd(1.0, steps=200), run="r1", step=200),
+        candidate("late", sgd(1.0, steps=400), run="r1", step=400),
+        candidate("other", sgd(2.0), run="r2"),
+        candidate("adam", sgd(2.0, optimizer="adam"), run="r3"),
+    ]
+    plan = make_plan(cands, PlanRequestSpec(5.0, 1e-5, "lc", "rdp", "noise"))
+    assert set(plan.weights) <= {"late", "other"}
+    joined = " ".join(plan.notes)
+    assert "early" in joined and "adam" in joined
+
+
+def test_mixed_mechanism_types_fall_back_to_the_joint_release() -> None:
+    cands = [
+        candidate("g", {"type": "gaussian", "sensitivity": 1.0, "noise_std": 4.0}),
+        candidate("s", sgd(1.5)),
+    ]
+    plan = make_plan(cands, PlanRequestSpec(10.0, 1e-5, "lc", "best", "noise"))
+    assert "Theorem 6.1" in plan.bound
+    assert any("joint release" in n for n in plan.notes)
+    eps = lc.joint_epsilon(
+        [c.profile for c in cands if c.id in plan.weights], 1e-5, plan.accountant
+    )
+    assert plan.epsilon == pytest.approx(eps) and eps <= 10.0
+
+
+def test_objectives_lc_cannot_score_are_refused() -> None:
+    cands = [candidate("a", sgd(1.0), accuracy=0.9), candidate("b", sgd(2.0), accuracy=0.8)]
+    with pytest.raises(Unsupported, match="metric"):
+        make_plan(cands, PlanRequestSpec(5.0, 1e-5, "lc", "rdp", "metric", metric="accuracy"))
+    with pytest.raises(Unsupported, match="validation"):
+        make_plan(cands, PlanRequestSpec(5.0, 1e-5, "auto", "rdp", "validation"))
+    auto = make_plan(cands, PlanRequestSpec(5.0, 1e-5, "auto", "rdp", "metric", metric="accuracy"))
+    assert auto.method == "rs" and any("random selection only" in n for n in auto.notes)
+
+
+def test_auto_picks_the_lower_noise_plan() -> None:
+    cands = [candidate("a", sgd(0.9)), candidate("b", sgd(2.5))]
+    target = 0.5 * (cands[0].profile.epsilon(1e-5, "rdp") + cands[1].profile.epsilon(1e-5, "rdp"))
+    rs_plan = make_plan(cands, PlanRequestSpec(target, 1e-5, "rs", "rdp", "noise"))
+    lc_plan = make_plan(cands, PlanRequestSpec(target, 1e-5, "lc", "rdp", "noise"))
+    auto = make_plan(cands, PlanRequestSpec(target, 1e-5, "auto", "rdp", "noise"))
+    best = min((rs_plan, lc_plan), key=lambda p: p.objective_value)
+    assert auto.method == best.method
+    assert auto.objective_value == pytest.approx(best.objective_value)
+
+
+def test_bad_targets_and_empty_candidate_lists_are_invalid() -> None:
+    cands = [candidate("a", sgd(1.0))]
+    with pytest.raises(ValueError, match="delta"):
+        make_plan(cands, PlanRequestSpec(1.0, 1.5))
+    with pytest.raises(InvalidInput, match="epsilon"):
+        make_plan(cands, PlanRequestSpec(-1.0, 1e-5))
+    with pytest.raises(InvalidInput, match="no candidate"):
+        make_plan([], PlanRequestSpec(1.0, 1e-5))
