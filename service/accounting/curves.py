@@ -11,6 +11,7 @@ grid point delta is bounded by its value there (delta is non-increasing).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,3 +50,16 @@ def chord_upper_bound(values: NDArray[np.float64], epsilon: ArrayLike) -> NDArra
         t = np.where(nxt > j, (np.exp(eps) - g0) / (g1 - g0), 0.0)
     out = d0 + np.clip(t, 0.0, 1.0) * (d1 - d0)
     return np.where(eps >= grid[-1], values[-1], out)
+
+
+def chord_upper_bound_rows(values: NDArray[np.float64], epsilon: float) -> NDArray[np.float64]:
+    """``chord_upper_bound`` of every row of ``values`` (models x grid) at one epsilon."""
+    if epsilon < 0:
+        raise ValueError(f"epsilon must be >= 0, got {epsilon}")
+    grid = EPS_GRID
+    if epsilon >= grid[-1]:
+        return np.asarray(values[:, -1])
+    j = int(np.searchsorted(grid, epsilon, side="right")) - 1
+    g0, g1 = math.exp(grid[j]), math.exp(grid[j + 1])
+    t = min(1.0, max(0.0, (math.exp(epsilon) - g0) / (g1 - g0)))
+    return np.asarray(values[:, j] + t * (values[:, j + 1] - values[:, j]))

@@ -20,6 +20,7 @@ from numpy.typing import NDArray
 from service.accounting import linear_combination as lc
 from service.accounting import random_selection as rs
 from service.accounting.conversions import ORDERS, check_delta, round_up
+from service.accounting.curves import chord_upper_bound_rows
 from service.accounting.mechanisms import DPSGD, Gaussian, Mechanism
 from service.accounting.pld import DEFAULT_DISCRETIZATION
 from service.accounting.profiles import PrivacyProfile
@@ -167,12 +168,12 @@ def plan_rs(candidates: list[Candidate], spec: PlanRequestSpec, objective: str) 
 def _rs_one(
     keep: list[Candidate], utility: NDArray, spec: PlanRequestSpec, acc: str, objective: str
 ) -> tuple[Plan | None, float]:
+    """One accountant's RS plan, or (None, smallest reachable epsilon)."""
     if acc == "rdp":
         rdp = np.array([c.profile.rdp_at(ORDERS) for c in keep])
         result = rs.plan_rs_rdp(utility, rdp, ORDERS, spec.epsilon, spec.delta)
-        min_eps = rs.min_epsilon_rs_rdp(rdp, ORDERS, spec.delta)
         if result is None:
-            return None, min_eps
+            return None, rs.min_epsilon_rs_rdp(rdp, ORDERS, spec.delta)
         achieved = rs.rs_rdp_epsilon(result.pi, rdp, ORDERS, spec.delta)
         bound = "Theorem 5.1 (RS, RDP; Algorithm 1)"
     else:
@@ -184,12 +185,12 @@ def _rs_one(
         remove = np.array([d[0] for d in exact])
         add = np.array([d[1] for d in exact])
         result = rs.plan_rs_pld(utility, remove, add, spec.delta)
-        min_eps = rs.min_epsilon_rs_pld(at, spec.delta)
         if result is None:
-            return None, min_eps
+            return None, rs.min_epsilon_rs_pld(at, spec.delta)
+        used = result.pi > 0
+        at_used = _curves_at([c for c, u in zip(keep, used, strict=True) if u])
         # checked exactly at the target above; the curves may place it a hair higher
-        achieved = min(rs.rs_pld_epsilon(result.pi, at, spec.delta), spec.epsilon)
-        min_eps = min(min_eps, spec.epsilon)
+        achieved = min(rs.rs_pld_epsilon(result.pi[used], at_used, spec.delta), spec.epsilon)
         bound = "Theorem 5.2 (RS, PLD; Algorithm 2)"
     weights = {c.id: float(w) for c, w in zip(keep, result.pi, strict=True) if w > 0}
     value = float(result.pi @ utility)
@@ -205,7 +206,7 @@ def _rs_one(
             expected_utility=_expected(value, spec, objective),
             bound=bound,
         ),
-        min_eps,
+        math.inf,
     )
 
 
@@ -216,11 +217,11 @@ def _expected(value: float, spec: PlanRequestSpec, objective: str) -> float | No
 
 
 def _curves_at(keep: list[Candidate]) -> rs.DeltaAt:
-    curves = [c.profile.curves for c in keep]
+    remove = np.stack([c.profile.curves.remove for c in keep])
+    add = np.stack([c.profile.curves.add for c in keep])
 
     def at(eps: float) -> tuple[NDArray, NDArray]:
-        pairs = [cv.at(eps) for cv in curves]
-        return np.array([p[0][0] for p in pairs]), np.array([p[1][0] for p in pairs])
+        return chord_upper_bound_rows(remove, eps), chord_upper_bound_rows(add, eps)
 
     return at
 

@@ -103,7 +103,10 @@ class RdpProfile:
     epsilons: NDArray[np.float64]
 
     def at(self, orders: ArrayLike) -> NDArray[np.float64]:
-        return rdp_upper_bound(self.orders, self.epsilons, orders)
+        query = np.asarray(orders, dtype=np.float64)
+        if query.shape == self.orders.shape and np.array_equal(query, self.orders):
+            return self.epsilons.copy()
+        return rdp_upper_bound(self.orders, self.epsilons, query)
 
     def epsilon(self, delta: float) -> float:
         return eps_from_rdp(self.orders, self.epsilons, delta)

@@ -97,28 +97,23 @@ def plan_rs_rdp(
     best_u = -np.inf
     best: tuple[int, int | None, float, float] | None = None
     feasible = r <= 1.0  # (models, orders)
-    if np.any(feasible):
-        u_single = np.where(feasible, utility[:, None], -np.inf)
-        idx = np.unravel_index(np.argmax(u_single), u_single.shape)
-        best_u = float(u_single[idx])
-        best = (int(idx[0]), None, 0.0, float(orders[idx[1]]))
-    # pairs: i feasible, j infeasible with u_j > u_i, weight on the cut
-    ri = r[:, None, :]
-    rj = r[None, :, :]
-    with np.errstate(divide="ignore", invalid="ignore"):
+    for col in np.flatnonzero(feasible.any(axis=0)):
+        f_idx = np.flatnonzero(feasible[:, col])
+        k = f_idx[int(np.argmax(utility[f_idx]))]
+        if utility[k] > best_u:
+            best_u, best = float(utility[k]), (int(k), None, 0.0, float(orders[col]))
+        # pairs: a feasible i and an infeasible j of higher utility, weight on the cut
+        j_idx = np.flatnonzero(~feasible[:, col] & np.isfinite(r[:, col]))
+        j_idx = j_idx[utility[j_idx] > best_u]
+        if j_idx.size == 0:
+            continue
+        ri, rj = r[f_idx, col][:, None], r[j_idx, col][None, :]
         wj = (1.0 - ri) / (rj - ri)
-    valid = (ri <= 1.0) & (rj > 1.0) & np.isfinite(rj) & (wj > 0) & (wj < 1)
-    with np.errstate(invalid="ignore"):
-        gain = np.where(
-            valid,
-            utility[:, None, None] + wj * (utility[None, :, None] - utility[:, None, None]),
-            -np.inf,
-        )
-    if np.any(valid):
-        idx = np.unravel_index(np.argmax(gain), gain.shape)
-        if gain[idx] > best_u:
-            best_u = float(gain[idx])
-            best = (int(idx[0]), int(idx[1]), float(wj[idx]), float(orders[idx[2]]))
+        gain = utility[f_idx][:, None] + wj * (utility[j_idx][None, :] - utility[f_idx][:, None])
+        a, b = np.unravel_index(int(np.argmax(gain)), gain.shape)
+        if gain[a, b] > best_u and 0 < wj[a, b] < 1:
+            best_u = float(gain[a, b])
+            best = (int(f_idx[a]), int(j_idx[b]), float(wj[a, b]), float(orders[col]))
     if best is None:
         return None
     i, j, w, order = best

@@ -178,3 +178,13 @@ def test_round_up_is_never_below_its_input(value: float) -> None:
     out = round_up(value)
     assert out >= value
     assert out <= value * (1 + 1e-5)
+
+
+@pytest.mark.parametrize("name", ["gaussian", "dp_sgd", "dp_sgd_schedule", "epsilon_delta"])
+def test_fast_delta_queries_are_never_below_the_direct_pmf_sum(profiles: dict, name: str) -> None:
+    pld = profiles[name].pld
+    for eps in np.concatenate([np.linspace(0, 6, 97), [0.6201, 1e-4, 2.0]]):
+        for pmf, fast in ((pld.remove, pld.delta_remove), (pld.add, pld.delta_add)):
+            direct = float(pmf.get_delta_for_epsilon(float(eps)))
+            assert fast(float(eps)) >= direct
+            assert fast(float(eps)) <= direct * (1 + 1e-7) + 1e-300

@@ -1,0 +1,1 @@
+"""Admin dashboard pieces: server-rendered pages and SVG charts (no JavaScript needed)."""
