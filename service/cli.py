@@ -1,4 +1,4 @@
-"""`retarget serve | migrate | openapi`."""
+"""`retarget serve | worker | migrate | openapi`."""
 
 from __future__ import annotations
 
@@ -44,6 +44,20 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
+    from service.jobs.worker import run_worker
+
+    if settings.auto_migrate:
+        _migrate(settings)
+    print(
+        f"Retarget worker on queue {settings.queue_name!r} at {settings.redis_url}; "
+        f"database={_redact(settings.resolved_database_url)}",
+        flush=True,
+    )
+    run_worker(settings, burst=args.burst, name=args.name)
+    return 0
+
+
 def openapi_document() -> dict[str, object]:
     from service.api.app import create_app
 
@@ -81,6 +95,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=None)
     serve.add_argument("--log-level", default="info")
     serve.set_defaults(func=cmd_serve)
+
+    worker = sub.add_parser("worker", help="run an accounting worker (needs RETARGET_REDIS_URL)")
+    worker.add_argument("--burst", action="store_true", help="exit when the queue is empty")
+    worker.add_argument("--name", default=None, help="worker name (default: host and pid)")
+    worker.set_defaults(func=cmd_worker)
 
     migrate = sub.add_parser("migrate", help="bring the database schema to the newest revision")
     migrate.set_defaults(func=cmd_migrate)

@@ -40,6 +40,21 @@ class Settings(BaseSettings):
     auto_migrate: bool = Field(
         default=True, description="Run `alembic upgrade head` when the server starts."
     )
+    queue_name: str = Field(default="retarget", description="RQ queue of the accounting jobs.")
+    job_timeout_s: int = Field(default=1800, gt=0, description="Longest one job may run.")
+    job_retries: int = Field(default=3, ge=0, description="Retries of a failed or lost job.")
+    worker_monitoring_interval_s: int = Field(
+        default=30, gt=0, description="How often a busy worker refreshes its heartbeat."
+    )
+    worker_heartbeat_slack_s: int = Field(
+        default=60,
+        gt=0,
+        description="A job whose worker missed heartbeats for this long (past the interval) "
+        "is taken as lost and retried.",
+    )
+    worker_maintenance_interval_s: int = Field(
+        default=600, gt=0, description="How often a worker cleans up lost jobs."
+    )
     host: str = "127.0.0.1"
     port: int = 8000
 

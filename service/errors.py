@@ -12,7 +12,8 @@ to a status code and a problem+json ``type`` (``service/api/problems.py``).
     │   └── BudgetExceeded  a release would push a dataset over its cap (409)
     ├── InfeasibleTarget    no plan meets the target (422, carries min_epsilon)
     ├── Unsupported         the analysis does not apply to these inputs (422)
-    └── StorageError        the blob store or database failed (503)
+    ├── StorageError        the blob store, database or cache failed (503)
+    └── ProfilesPending     profiles are being computed: try again (202, not an error)
 """
 
 from __future__ import annotations
@@ -63,3 +64,15 @@ class Unsupported(RetargetError):
 
 class StorageError(RetargetError):
     """The blob store or the database could not complete the operation."""
+
+
+class ProfilesPending(RetargetError):
+    """Privacy profiles needed for the answer are queued or being computed."""
+
+    def __init__(self, detail: str, job_ids: list[str]) -> None:
+        super().__init__(detail, job_ids=job_ids)
+        self.job_ids = job_ids
+
+
+class ProfileFailed(RetargetError):
+    """The computation of a privacy profile failed for good (its error is on the job)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 from fastapi import FastAPI
+from prometheus_client import CollectorRegistry
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.types import Scope
 
@@ -13,8 +14,11 @@ from service.api import problems
 from service.api.deps import AppContext
 from service.api.limits import BodySizeLimit
 from service.api.routes import datasets, health, models, plans
+from service.api.routes import jobs as jobs_routes
 from service.config import Settings, get_settings
-from service.jobs.profiles import MemoryProfileStore, Profiles
+from service.jobs.metrics import JobsCollector
+from service.jobs.queue import InProcessJobs, Jobs, RQJobs
+from service.jobs.store import redis_client
 from service.registry.blobs import LocalBlobStore
 from service.registry.db import make_engine, make_sessionmaker
 
@@ -32,12 +36,18 @@ def create_app(
     """Build the app; ``session_factory`` lets tests bind sessions to one transaction."""
     settings = settings or get_settings()
     engine = make_engine(settings.resolved_database_url)
+    factory = session_factory or make_sessionmaker(engine)
+    jobs: Jobs = (
+        RQJobs(redis_client(settings.redis_url), settings)
+        if settings.redis_url
+        else InProcessJobs(factory)
+    )
     ctx = AppContext(
         settings=settings,
         engine=engine,
-        session_factory=session_factory or make_sessionmaker(engine),
+        session_factory=factory,
         blobs=LocalBlobStore(settings.resolved_blob_dir),
-        profiles=Profiles(MemoryProfileStore()),
+        jobs=jobs,
     )
     app = FastAPI(
         title="Retarget",
@@ -45,8 +55,16 @@ def create_app(
         summary="Deployment-time privacy retargeting of differentially private models.",
     )
     app.state.ctx = ctx
+    app.state.metrics = CollectorRegistry(auto_describe=True)
+    app.state.metrics.register(JobsCollector(jobs.counters, jobs.queue_sizes))
     problems.install(app)
-    for router in (health.router, datasets.router, models.router, plans.router):
+    for router in (
+        health.router,
+        datasets.router,
+        models.router,
+        plans.router,
+        jobs_routes.router,
+    ):
         app.include_router(router)
 
     upload_limit = settings.max_upload_bytes + settings.max_metadata_bytes + 1024 * 1024

@@ -11,7 +11,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.config import Settings
-from service.jobs.profiles import Profiles
+from service.jobs.queue import Jobs
 from service.registry.blobs import BlobStore
 
 
@@ -23,7 +23,7 @@ class AppContext:
     engine: Engine
     session_factory: sessionmaker[Session]
     blobs: BlobStore
-    profiles: Profiles
+    jobs: Jobs
 
 
 def get_context(request: Request) -> AppContext:
@@ -55,8 +55,8 @@ BlobsDep = Annotated[BlobStore, Depends(get_blobs)]
 SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
 
 
-def get_profiles(ctx: ContextDep) -> Profiles:
-    return ctx.profiles
+def get_jobs(ctx: ContextDep) -> Jobs:
+    return ctx.jobs
 
 
-ProfilesDep = Annotated[Profiles, Depends(get_profiles)]
+JobsDep = Annotated[Jobs, Depends(get_jobs)]

@@ -167,3 +167,20 @@ class PlanPublic(BaseModel):
     bound: str = Field(description="the theorem that proves the guarantee")
     heuristic: bool
     notes: list[str]
+
+
+class JobPublic(BaseModel):
+    id: str
+    kind: str
+    status: str = Field(description="queued | scheduled | started | finished | failed")
+    error: str | None = None
+    result: dict[str, Any] | None = None
+    enqueued_at: datetime | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+
+
+class PendingPublic(BaseModel):
+    status: Literal["pending"]
+    detail: str
+    jobs: list[JobPublic]

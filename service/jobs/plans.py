@@ -1,4 +1,10 @@
-"""Plans from the registry: load candidates and their profiles, then plan."""
+"""Plans from the registry: load candidates and their profiles, then plan.
+
+Plans need every candidate's profile. Missing ones are queued (embedded default:
+computed right away) and the plan answers 202 until they are cached; a plan over
+cached profiles is computed in the request (milliseconds for RS, seconds at most
+for an LC search under PLD).
+"""
 
 from __future__ import annotations
 
@@ -7,14 +13,14 @@ from sqlalchemy.orm import Session
 
 from service.accounting.mechanisms import parse_mechanism
 from service.accounting.planning import Candidate, Plan, PlanRequestSpec, make_plan
-from service.errors import InvalidInput, NotFound
-from service.jobs.profiles import Profiles
+from service.errors import InvalidInput, NotFound, ProfileFailed, ProfilesPending
+from service.jobs.queue import JobInfo, Jobs
 from service.registry import repository
 from service.registry.models import Model
 
 
 def load_candidates(
-    *, session: Session, profiles: Profiles, dataset_id: str, model_ids: list[str] | None
+    *, session: Session, jobs: Jobs, dataset_id: str, model_ids: list[str] | None
 ) -> list[Candidate]:
     """The dataset's models (or the named ones, which must all belong to it) with profiles."""
     repository.get_dataset(session=session, dataset_id=dataset_id)
@@ -40,18 +46,33 @@ def load_candidates(
             )
         )
     out = []
+    pending: list[JobInfo] = []
     for row in rows:
         mechanism = parse_mechanism(row.mechanism)
+        profile, job = jobs.profile(mechanism)
+        if profile is None:
+            assert job is not None
+            if job.status == "failed":
+                raise ProfileFailed(
+                    f"the profile of model {row.id!r} failed: {job.error}", job_id=job.id
+                )
+            pending.append(job)
+            continue
         out.append(
             Candidate(
                 id=row.id,
                 mechanism=mechanism,
-                profile=profiles.get(mechanism),
+                profile=profile,
                 metrics={k: float(v) for k, v in (row.metrics or {}).items()},
                 run_id=row.lineage_run_id,
                 step=row.lineage_step,
                 signature_hash=row.signature_hash,
             )
+        )
+    if pending:
+        unique = {j.id: j for j in pending}
+        raise ProfilesPending(
+            f"{len(unique)} privacy profile(s) are being computed", job_ids=list(unique)
         )
     return out
 
@@ -59,7 +80,7 @@ def load_candidates(
 def plan_for(
     *,
     session: Session,
-    profiles: Profiles,
+    jobs: Jobs,
     dataset_id: str,
     model_ids: list[str] | None,
     spec: PlanRequestSpec,
@@ -68,6 +89,6 @@ def plan_for(
     if spec.metric is None and dataset.metric:
         spec = PlanRequestSpec(**{**spec.__dict__, "metric": dataset.metric})
     candidates = load_candidates(
-        session=session, profiles=profiles, dataset_id=dataset_id, model_ids=model_ids
+        session=session, jobs=jobs, dataset_id=dataset_id, model_ids=model_ids
     )
     return make_plan(candidates, spec)

@@ -2,8 +2,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
-from fastapi.responses import JSONResponse
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, PlainTextResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
 
 from service.api.deps import ContextDep
@@ -19,7 +20,7 @@ def healthz() -> dict[str, str]:
 
 @router.get("/readyz", responses={503: {"description": "a dependency is unreachable"}})
 def readyz(ctx: ContextDep) -> JSONResponse:
-    """The database and the blob store (and the cache, when configured) are reachable."""
+    """The database, the blob store and the profile cache (Redis, when configured) are reachable."""
     checks: dict[str, Any] = {}
     try:
         with ctx.engine.connect() as conn:
@@ -28,8 +29,18 @@ def readyz(ctx: ContextDep) -> JSONResponse:
     except Exception as exc:
         checks["database"] = f"unreachable: {type(exc).__name__}"
     checks["blobs"] = "ok" if ctx.blobs.ready() else "unreachable"
-    ready = all(v == "ok" for v in checks.values())
+    # "in-process" (the embedded default: no Redis) is ready too
+    checks["cache"] = ctx.jobs.ready()[1]
+    ready = all(v in ("ok", "in-process") for v in checks.values())
     return JSONResponse(
         {"status": "ready" if ready else "unavailable", "checks": checks},
         status_code=200 if ready else 503,
+    )
+
+
+@router.get("/metrics", response_class=PlainTextResponse)
+def metrics(request: Request) -> PlainTextResponse:
+    """Prometheus text format: job and profile-cache counters, queue sizes."""
+    return PlainTextResponse(
+        generate_latest(request.app.state.metrics), media_type=CONTENT_TYPE_LATEST
     )

@@ -1,21 +1,23 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 from typing import IO, Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException
 
-from service.accounting.claims import check_claim
 from service.accounting.conversions import round_up
 from service.accounting.mechanisms import error_messages, parse_mechanism
 from service.accounting.profiles import ACCOUNTANTS
 from service.api.blob_responses import blob_response
-from service.api.deps import AppContext, BlobsDep, ContextDep, ProfilesDep, SessionDep
+from service.api.deps import AppContext, BlobsDep, ContextDep, JobsDep, SessionDep
+from service.api.routes.jobs import pending_response
 from service.api.schemas import (
     Claimed,
     EpsilonPublic,
@@ -23,13 +25,17 @@ from service.api.schemas import (
     ModelCreate,
     ModelPublic,
     ModelsPublic,
+    PendingPublic,
     Problem,
 )
-from service.errors import InvalidInput, PayloadTooLarge, Unsupported
+from service.errors import InvalidInput, PayloadTooLarge, ProfileFailed, Unsupported
+from service.jobs.claims import apply_claim_checks
 from service.registry import repository
 from service.registry.blobs import iter_file
 from service.registry.db import session_scope
 from service.registry.models import Model
+
+log = logging.getLogger(__name__)
 
 router = APIRouter(prefix="/v1/models", tags=["models"])
 
@@ -109,10 +115,6 @@ def parse_metadata(raw: str | bytes) -> ModelCreate:
 
 
 def _register(ctx: AppContext, meta: ModelCreate, weights: IO[bytes]) -> ModelPublic:
-    claim = None
-    if meta.claimed is not None:
-        profile = ctx.profiles.get(meta.mechanism)
-        claim = check_claim(profile, meta.claimed.epsilon, meta.claimed.delta)
     spec = repository.ModelSpec(
         dataset_id=meta.dataset_id,
         name=meta.name,
@@ -123,18 +125,27 @@ def _register(ctx: AppContext, meta: ModelCreate, weights: IO[bytes]) -> ModelPu
         metrics=meta.metrics,
         claimed_epsilon=meta.claimed.epsilon if meta.claimed else None,
         claimed_delta=meta.claimed.delta if meta.claimed else None,
-        claim_check=claim.status if claim else None,
-        recomputed_epsilon=claim.recomputed_epsilon if claim else None,
     )
     with session_scope(ctx.session_factory) as session:
-        model = repository.register_model(
+        model_id = repository.register_model(
             session=session,
             blobs=ctx.blobs,
             spec=spec,
             chunks=iter_file(weights),
             max_bytes=ctx.settings.max_upload_bytes,
-        )
-        return to_public(model)
+        ).id
+    # The profile job (in process: done now, claim checked; on a worker: queued). A
+    # cache or queue outage never undoes a registration: the next request enqueues.
+    try:
+        profile, _ = ctx.jobs.profile(meta.mechanism)
+    except Exception:
+        log.exception("profile job for model %s not started; it will be on first use", model_id)
+        profile = None
+    with session_scope(ctx.session_factory) as session:
+        if profile is not None and meta.claimed is not None:
+            # cached already (or computed just now): check this model's claim here
+            apply_claim_checks(session=session, mech_hash=profile.mechanism_hash, profile=profile)
+        return to_public(repository.get_model(session=session, model_id=model_id))
 
 
 @router.post(
@@ -232,18 +243,36 @@ AccountantQuery = Annotated[Literal["rdp", "pld", "best"], Query()]
 @router.get(
     "/{model_id}/epsilon",
     response_model=EpsilonPublic,
-    responses={404: {"model": Problem}, 422: {"model": Problem}},
+    responses={
+        202: {"model": PendingPublic, "description": "the profile is being computed"},
+        404: {"model": Problem},
+        422: {"model": Problem},
+        500: {"model": Problem},
+        503: {"model": Problem},
+    },
 )
 def get_model_epsilon(
     model_id: str,
     session: SessionDep,
-    profiles: ProfilesDep,
+    jobs: JobsDep,
     delta: DeltaQuery = 1e-5,
     accountant: AccountantQuery = "best",
-) -> EpsilonPublic:
-    """The model's privacy guarantee at ``delta``: an upper bound, rounded up."""
+) -> EpsilonPublic | JSONResponse:
+    """The model's privacy guarantee at ``delta``: an upper bound, rounded up.
+
+    From the profile cache; on a miss the profile job is queued (once per mechanism)
+    and the answer is 202 with ``Retry-After`` and the job (embedded default: computed
+    in the request instead).
+    """
     model = repository.get_model(session=session, model_id=model_id)
-    profile = profiles.get(parse_mechanism(model.mechanism))
+    profile, job = jobs.profile(parse_mechanism(model.mechanism))
+    if profile is None:
+        assert job is not None
+        if job.status == "failed":
+            raise ProfileFailed(
+                f"computing this model's profile failed: {job.error}", job_id=job.id
+            )
+        return pending_response([job])
     eps = profile.epsilon(delta, accountant)
     # The PLD accountant falls back to the RDP-derived curve where no PLD is known.
     used = "pld" if profile.pld is not None and eps == profile.epsilon(delta, "pld") else "rdp"

@@ -2,11 +2,14 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
 
 from service.accounting.conversions import round_up
 from service.accounting.planning import Plan, PlanRequestSpec
 from service.api.deps import ContextDep
-from service.api.schemas import PlanPublic, PlanRequest, PlanWeight, Problem
+from service.api.routes.jobs import job_or_queued, pending_response
+from service.api.schemas import PendingPublic, PlanPublic, PlanRequest, PlanWeight, Problem
+from service.errors import ProfilesPending
 from service.jobs.plans import plan_for
 from service.registry.db import session_scope
 
@@ -34,9 +37,14 @@ def to_public(plan: Plan, target_epsilon: float) -> PlanPublic:
 @router.post(
     "",
     response_model=PlanPublic,
-    responses={404: {"model": Problem}, 422: {"model": Problem}},
+    responses={
+        202: {"model": PendingPublic, "description": "profiles are being computed"},
+        404: {"model": Problem},
+        422: {"model": Problem},
+        503: {"model": Problem},
+    },
 )
-async def create_plan(body: PlanRequest, ctx: ContextDep) -> PlanPublic:
+async def create_plan(body: PlanRequest, ctx: ContextDep) -> PlanPublic | JSONResponse:
     """A dry run: the best RS or LC plan for the target. Costs no privacy.
 
     An unreachable target is a 422 whose ``min_epsilon`` is the smallest epsilon
@@ -54,15 +62,18 @@ async def create_plan(body: PlanRequest, ctx: ContextDep) -> PlanPublic:
         strict=body.model_ids is not None,
     )
 
-    def run() -> PlanPublic:
-        with session_scope(ctx.session_factory) as session:
-            plan = plan_for(
-                session=session,
-                profiles=ctx.profiles,
-                dataset_id=body.dataset_id,
-                model_ids=body.model_ids,
-                spec=spec,
-            )
+    def run() -> PlanPublic | JSONResponse:
+        try:
+            with session_scope(ctx.session_factory) as session:
+                plan = plan_for(
+                    session=session,
+                    jobs=ctx.jobs,
+                    dataset_id=body.dataset_id,
+                    model_ids=body.model_ids,
+                    spec=spec,
+                )
+        except ProfilesPending as exc:
+            return pending_response([job_or_queued(ctx.jobs, j) for j in exc.job_ids])
         return to_public(plan, body.epsilon)
 
     return await run_in_threadpool(run)

@@ -1,0 +1,57 @@
+"""Where profiles are cached: in this process, or in Redis shared by every replica.
+
+Everything cached can be recomputed: flushing Redis loses nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+
+import redis
+
+from service.accounting.profiles import PrivacyProfile
+from service.errors import StorageError
+
+#: Cached profiles expire after a month unused (recomputed on the next request).
+PROFILE_TTL_S = 30 * 24 * 3600
+
+
+class RedisProfileStore:
+    """Profiles as zlib-compressed JSON under their profile key; a small local LRU in front."""
+
+    def __init__(self, client: redis.Redis, ttl_s: int = PROFILE_TTL_S) -> None:
+        from service.jobs.profiles import MemoryProfileStore
+
+        self.client = client
+        self.ttl_s = ttl_s
+        self.local = MemoryProfileStore(max_entries=64)
+
+    def get(self, key: str) -> PrivacyProfile | None:
+        try:
+            raw = self.client.get(key)
+        except redis.RedisError as exc:
+            raise StorageError(f"the profile cache (Redis) is unreachable: {exc}") from exc
+        if raw is None:
+            return None
+        local = self.local.get(key)
+        if local is not None:
+            return local
+        profile = PrivacyProfile.from_json(json.loads(zlib.decompress(raw)))  # type: ignore[arg-type]
+        self.local.put(key, profile)
+        return profile
+
+    def put(self, key: str, profile: PrivacyProfile) -> None:
+        raw = zlib.compress(json.dumps(profile.to_json()).encode(), 6)
+        try:
+            self.client.set(key, raw, ex=self.ttl_s)
+        except redis.RedisError as exc:
+            raise StorageError(f"the profile cache (Redis) is unreachable: {exc}") from exc
+        self.local.put(key, profile)
+
+
+def redis_client(url: str) -> redis.Redis:
+    """A client that fails fast when Redis is down, instead of hanging a request."""
+    return redis.Redis.from_url(
+        url, socket_connect_timeout=1.0, socket_timeout=5.0, health_check_interval=30
+    )
