@@ -109,3 +109,14 @@ def blob_files(settings: Settings) -> list[str]:
     """Every file under the blob folder, temporary ones included."""
     root = settings.resolved_blob_dir
     return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+
+
+@pytest.fixture
+def committed_db(postgres_url: str) -> Iterator[str]:
+    """The session's Postgres database with real commits (workers and concurrent
+    requests need rows other connections can see); emptied afterwards."""
+    yield postgres_url
+    engine = make_engine(postgres_url)
+    with engine.begin() as conn:
+        conn.execute(text("TRUNCATE releases, models, datasets CASCADE"))
+    engine.dispose()

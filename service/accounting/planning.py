@@ -26,7 +26,7 @@ from service.accounting.pld import DEFAULT_DISCRETIZATION
 from service.accounting.profiles import PrivacyProfile
 from service.errors import InfeasibleTarget, InvalidInput, Unsupported
 
-Method = Literal["rs", "lc", "auto"]
+Method = Literal["rs", "lc", "auto", "checkpoint_average"]
 AccountantName = Literal["rdp", "pld", "best"]
 Objective = Literal["metric", "noise", "validation"]
 
@@ -47,13 +47,13 @@ class Candidate:
 
 @dataclass
 class Plan:
-    method: Literal["rs", "lc"]
+    method: Literal["rs", "lc", "checkpoint_average"]
     accountant: Literal["rdp", "pld"]
     weights: dict[str, float]
     epsilon: float
     delta: float
     objective: Literal["metric", "noise"]
-    objective_value: float
+    objective_value: float | None
     expected_utility: float | None
     bound: str
     notes: list[str] = field(default_factory=list)
@@ -70,6 +70,9 @@ class PlanRequestSpec:
     metric: str | None = None
     metric_goal: Literal["max", "min"] | None = None
     strict: bool = False  # the caller named the candidates: refuse rather than drop
+    run_id: str | None = None  # checkpoint_average: the run
+    last_k: int = 3  # checkpoint_average: how many of its latest checkpoints
+    ema_decay: float | None = None  # checkpoint_average: EMA weights instead of uniform
 
 
 def noise_variance(mechanism: Mechanism) -> float | None:
@@ -106,6 +109,8 @@ def make_plan(candidates: list[Candidate], spec: PlanRequestSpec) -> Plan:
             "objective 'validation' needs a public validation split registered for the "
             "dataset, which this service cannot do yet; use 'metric' (rs) or 'noise'"
         )
+    if spec.method == "checkpoint_average":
+        return plan_checkpoint_average(candidates, spec)
     if spec.method == "rs":
         return plan_rs(candidates, spec, objective)
     if spec.method == "lc":
@@ -228,7 +233,8 @@ def _curves_at(keep: list[Candidate]) -> rs.DeltaAt:
 
 def _score(plan: Plan) -> float:
     """Higher is better: expected metric, or minus the merged noise variance."""
-    return plan.objective_value if plan.objective == "metric" else -plan.objective_value
+    value = plan.objective_value if plan.objective_value is not None else -math.inf
+    return value if plan.objective == "metric" else -value
 
 
 def _infeasible(spec: PlanRequestSpec, min_eps: float, what: str) -> InfeasibleTarget:
@@ -518,3 +524,67 @@ def plan_auto(candidates: list[Candidate], spec: PlanRequestSpec, objective: str
         )
     best.notes = best.notes + notes
     return best
+
+
+# ---- checkpoint averaging ---------------------------------------------------------
+
+
+def plan_checkpoint_average(candidates: list[Candidate], spec: PlanRequestSpec) -> Plan:
+    """Average the last k checkpoints of one run (papers/recycling-scraps-checkpoints.txt).
+
+    The average is post-processing of the run up to its latest checkpoint used, so its
+    guarantee is exactly that checkpoint's profile.
+    """
+    runs = {c.run_id for c in candidates if c.run_id is not None}
+    run_id = spec.run_id
+    if run_id is None:
+        if len(runs) != 1:
+            raise InvalidInput("checkpoint_average needs run_id (the candidates span runs)")
+        run_id = next(iter(runs))
+    steps = sorted(
+        (c for c in candidates if c.run_id == run_id and c.step is not None),
+        key=lambda c: c.step or 0,
+    )
+    if not steps:
+        raise InvalidInput(f"no checkpoints of run {run_id!r} with a lineage step")
+    if spec.last_k < 1:
+        raise InvalidInput(f"last_k must be >= 1, got {spec.last_k}")
+    chosen = steps[-spec.last_k :]
+    if len({c.signature_hash for c in chosen}) > 1:
+        raise Unsupported("the checkpoints' tensor names, shapes or dtypes differ")
+    weights = average_weights(len(chosen), spec.ema_decay)
+    latest = chosen[-1].profile
+    accountants = ("rdp", "pld") if spec.accountant == "best" else (spec.accountant,)
+    eps, used = min((latest.epsilon(spec.delta, a), a) for a in accountants)  # type: ignore[arg-type]
+    if eps > spec.epsilon:
+        raise _infeasible(spec, eps, "the latest averaged checkpoint")
+    return Plan(
+        method="checkpoint_average",
+        accountant=used,  # type: ignore[arg-type]
+        weights={c.id: w for c, w in zip(chosen, weights, strict=True)},
+        epsilon=eps,
+        delta=spec.delta,
+        objective="noise",
+        objective_value=None,
+        expected_utility=None,
+        bound="post-processing of one run: the latest averaged checkpoint's profile",
+        notes=[
+            f"average of the last {len(chosen)} checkpoints of run {run_id!r}"
+            + (f" (EMA, decay {spec.ema_decay})" if spec.ema_decay else " (uniform)")
+        ],
+        heuristic=latest.heuristic,
+    )
+
+
+def average_weights(count: int, ema_decay: float | None = None) -> list[float]:
+    """Checkpoint-averaging weights, oldest first: uniform 1/k, or the EMA convention
+    weight_j proportional to decay^(k - j) (the latest checkpoint weighs most), normalised."""
+    if count < 1:
+        raise InvalidInput("checkpoint averaging needs at least one checkpoint")
+    if ema_decay is None:
+        return [1.0 / count] * count
+    if not 0 < ema_decay <= 1:
+        raise InvalidInput(f"ema_decay must be in (0, 1], got {ema_decay}")
+    raw = [ema_decay ** (count - 1 - j) for j in range(count)]
+    total = sum(raw)
+    return [w / total for w in raw]

@@ -13,7 +13,7 @@ from service import __version__
 from service.api import problems
 from service.api.deps import AppContext
 from service.api.limits import BodySizeLimit
-from service.api.routes import datasets, health, models, plans
+from service.api.routes import datasets, health, models, plans, releases
 from service.api.routes import jobs as jobs_routes
 from service.config import Settings, get_settings
 from service.jobs.metrics import JobsCollector
@@ -63,6 +63,7 @@ def create_app(
         datasets.router,
         models.router,
         plans.router,
+        releases.router,
         jobs_routes.router,
     ):
         app.include_router(router)

@@ -133,7 +133,7 @@ class PlanRequest(_In):
     dataset_id: str = Field(min_length=1, max_length=36)
     epsilon: Epsilon
     delta: Delta
-    method: Literal["rs", "lc", "auto"] = "auto"
+    method: Literal["rs", "lc", "auto", "checkpoint_average"] = "auto"
     accountant: Literal["rdp", "pld", "best"] = "best"
     model_ids: list[Annotated[str, StringConstraints(min_length=1, max_length=36)]] | None = Field(
         default=None, min_length=1, max_length=64
@@ -146,6 +146,13 @@ class PlanRequest(_In):
         default=None,
         description="rs: 'metric' when a metric is known, else 'noise'; lc and auto: 'noise'",
     )
+    run_id: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = Field(
+        default=None, description="checkpoint_average: the run whose checkpoints to average"
+    )
+    last_k: int = Field(default=3, ge=1, le=1000, description="checkpoint_average: how many")
+    ema_decay: float | None = Field(
+        default=None, gt=0, le=1, description="checkpoint_average: EMA weights decay^(k-j)"
+    )
 
 
 class PlanWeight(BaseModel):
@@ -154,13 +161,13 @@ class PlanWeight(BaseModel):
 
 
 class PlanPublic(BaseModel):
-    method: Literal["rs", "lc"]
+    method: Literal["rs", "lc", "checkpoint_average"]
     accountant: Literal["rdp", "pld"]
     weights: list[PlanWeight]
     epsilon: float = Field(description="achieved epsilon at delta, rounded up, <= the target")
     delta: float
     objective: str
-    objective_value: float = Field(
+    objective_value: float | None = Field(
         description="expected metric (objective 'metric') or merged noise variance ('noise')"
     )
     expected_utility: float | None
@@ -184,3 +191,40 @@ class PendingPublic(BaseModel):
     status: Literal["pending"]
     detail: str
     jobs: list[JobPublic]
+
+
+class RetargetRequest(PlanRequest):
+    deployment: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = None
+
+
+class ReleasePublic(BaseModel):
+    release_id: str
+    dataset_id: str
+    method: str
+    accountant: str
+    epsilon: float = Field(description="the release's guarantee at delta, rounded up")
+    delta: float
+    bound: str
+    weights: list[PlanWeight]
+    exposed_model_ids: list[str]
+    sha256: str
+    size_bytes: int
+    download_url: str
+    deployment: str | None
+    created_at: datetime
+    plan: PlanPublic
+
+
+class CumulativePublic(BaseModel):
+    epsilon: float
+    delta: float
+    accountant: str = Field(description="pld | rdp (joint release) | release | none")
+
+
+class LedgerPublic(BaseModel):
+    dataset_id: str
+    releases: list[ReleasePublic]
+    exposed_model_ids: list[str]
+    cumulative: CumulativePublic
+    epsilon_cap: float | None
+    delta_cap: float | None

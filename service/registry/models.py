@@ -112,3 +112,31 @@ class Model(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
     dataset: Mapped[Dataset] = relationship(back_populates="models")
+
+
+class Release(Base):
+    """A released model: the plan behind it, the guarantee it carries, its artifact."""
+
+    __tablename__ = "releases"
+    __table_args__ = (Index("ix_releases_dataset_created", "dataset_id", "created_at"),)
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    dataset_id: Mapped[str] = mapped_column(ForeignKey("datasets.id", ondelete="RESTRICT"))
+    #: sha256 of the canonical request (dataset, target, method, candidates): one release each
+    request_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    request: Mapped[dict[str, Any]] = mapped_column(JSON)
+    method: Mapped[str] = mapped_column(String(32))
+    accountant: Mapped[str] = mapped_column(String(8))
+    epsilon: Mapped[float] = mapped_column(Float)
+    delta: Mapped[float] = mapped_column(Float)
+    bound: Mapped[str] = mapped_column(String(200))
+    weights: Mapped[dict[str, Any]] = mapped_column(JSON)
+    #: RS only: the drawn model. Kept for audit; never shown outside admin views.
+    drawn_model_id: Mapped[str | None] = mapped_column(String(36))
+    #: models whose outputs this release may reveal (RS: the whole support, not the draw)
+    exposed_model_ids: Mapped[list[Any]] = mapped_column(JSON)
+    plan: Mapped[dict[str, Any]] = mapped_column(JSON)
+    sha256: Mapped[str] = mapped_column(String(64), index=True)
+    size_bytes: Mapped[int] = mapped_column(BigInteger)
+    deployment: Mapped[str | None] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)

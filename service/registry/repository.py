@@ -6,10 +6,13 @@ order of blob and row writes so that neither is ever left without the other.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import hashlib
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -17,7 +20,7 @@ from service.accounting.mechanisms import Mechanism, canonical_mechanism, mechan
 from service.errors import Conflict, NotFound
 from service.registry.blobs import BlobStore
 from service.registry.checkpoints import read_signature, signature_hash
-from service.registry.models import Dataset, Model
+from service.registry.models import Dataset, Model, Release
 
 
 def create_dataset(
@@ -178,3 +181,53 @@ def register_model(
 
 def _blob_referenced(session: Session, sha256: str) -> bool:
     return session.scalar(select(Model.id).where(Model.sha256 == sha256).limit(1)) is not None
+
+
+# ---- releases ---------------------------------------------------------------------
+
+_PROCESS_LOCKS: dict[str, threading.Lock] = {}
+_PROCESS_GUARD = threading.Lock()
+
+
+@contextmanager
+def dataset_lock(session: Session, dataset_id: str) -> Iterator[None]:
+    """Serialise releases of one dataset: a process lock (SQLite, one process) and, on
+    Postgres, a transaction-scoped advisory lock that holds across API processes until
+    the session's transaction ends."""
+    with _PROCESS_GUARD:
+        lock = _PROCESS_LOCKS.setdefault(dataset_id, threading.Lock())
+    with lock:
+        if session.get_bind().dialect.name == "postgresql":
+            key = int.from_bytes(
+                hashlib.sha256(dataset_id.encode()).digest()[:8], "big", signed=True
+            )
+            session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": key})
+        yield
+
+
+def get_release(*, session: Session, release_id: str) -> Release:
+    release = session.get(Release, release_id)
+    if release is None:
+        raise NotFound(f"no release with id {release_id!r}")
+    return release
+
+
+def release_by_request(*, session: Session, request_hash: str) -> Release | None:
+    return session.scalar(select(Release).where(Release.request_hash == request_hash))
+
+
+def list_releases(*, session: Session, dataset_id: str) -> list[Release]:
+    return list(
+        session.scalars(
+            select(Release)
+            .where(Release.dataset_id == dataset_id)
+            .order_by(Release.created_at, Release.id)
+        )
+    )
+
+
+def models_by_id(*, session: Session, model_ids: Iterable[str]) -> dict[str, Model]:
+    ids = list(model_ids)
+    if not ids:
+        return {}
+    return {m.id: m for m in session.scalars(select(Model).where(Model.id.in_(ids)))}

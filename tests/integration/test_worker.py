@@ -24,7 +24,6 @@ from fastapi.testclient import TestClient
 from rq import Queue, SimpleWorker
 from rq.job import Job
 from rq.serializers import JSONSerializer
-from sqlalchemy import text
 
 from service.accounting.conversions import round_up
 from service.accounting.mechanisms import parse_mechanism
@@ -34,7 +33,6 @@ from service.config import Settings
 from service.jobs.metrics import RedisCounters
 from service.jobs.queue import RQJobs
 from service.jobs.store import redis_client
-from service.registry.db import make_engine
 from tests.helpers import checkpoint_bytes, upload
 
 REDIS_URL = os.environ.get("RETARGET_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
@@ -55,16 +53,6 @@ def rclient() -> Iterator[redis.Redis]:
     client.flushdb()
     yield client
     client.flushdb()
-
-
-@pytest.fixture
-def committed_db(postgres_url: str) -> Iterator[str]:
-    """The session's Postgres database with real commits (a worker must see the rows)."""
-    yield postgres_url
-    engine = make_engine(postgres_url)
-    with engine.begin() as conn:
-        conn.execute(text("TRUNCATE models, datasets CASCADE"))
-    engine.dispose()
 
 
 @pytest.fixture

@@ -34,6 +34,22 @@ def to_public(plan: Plan, target_epsilon: float) -> PlanPublic:
     )
 
 
+def spec_from(body: PlanRequest) -> PlanRequestSpec:
+    return PlanRequestSpec(
+        epsilon=body.epsilon,
+        delta=body.delta,
+        method=body.method,
+        accountant=body.accountant,
+        objective=body.objective,
+        metric=body.metric,
+        metric_goal=body.metric_goal,
+        strict=body.model_ids is not None,
+        run_id=body.run_id,
+        last_k=body.last_k,
+        ema_decay=body.ema_decay,
+    )
+
+
 @router.post(
     "",
     response_model=PlanPublic,
@@ -51,16 +67,7 @@ async def create_plan(body: PlanRequest, ctx: ContextDep) -> PlanPublic | JSONRe
     reachable at that delta; a method the models do not support is a 422 with
     the reason. Plans are computed in the request (profiles come from the cache).
     """
-    spec = PlanRequestSpec(
-        epsilon=body.epsilon,
-        delta=body.delta,
-        method=body.method,
-        accountant=body.accountant,
-        objective=body.objective,
-        metric=body.metric,
-        metric_goal=body.metric_goal,
-        strict=body.model_ids is not None,
-    )
+    spec = spec_from(body)
 
     def run() -> PlanPublic | JSONResponse:
         try:

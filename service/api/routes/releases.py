@@ -1,0 +1,165 @@
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+
+from service.accounting.conversions import round_up
+from service.accounting.planning import Plan
+from service.api.blob_responses import blob_response
+from service.api.deps import BlobsDep, ContextDep, SessionDep
+from service.api.routes.jobs import job_or_queued, pending_response
+from service.api.routes.plans import spec_from, to_public
+from service.api.schemas import (
+    CumulativePublic,
+    LedgerPublic,
+    PendingPublic,
+    PlanWeight,
+    Problem,
+    ReleasePublic,
+    RetargetRequest,
+)
+from service.errors import ProfilesPending
+from service.jobs import releases as release_service
+from service.registry import repository
+from service.registry.db import session_scope
+from service.registry.models import Release
+
+router = APIRouter(tags=["releases"])
+
+
+def release_public(release: Release) -> ReleasePublic:
+    plan = Plan(**release.plan)
+    return ReleasePublic(
+        release_id=release.id,
+        dataset_id=release.dataset_id,
+        method=release.method,
+        accountant=release.accountant,
+        epsilon=min(round_up(release.epsilon), float(release.request["epsilon"])),
+        delta=release.delta,
+        bound=release.bound,
+        weights=[
+            PlanWeight(model_id=m, weight=w)
+            for m, w in sorted(release.weights.items(), key=lambda kv: -kv[1])
+        ],
+        exposed_model_ids=list(release.exposed_model_ids),
+        sha256=release.sha256,
+        size_bytes=release.size_bytes,
+        download_url=f"/v1/releases/{release.id}/weights",
+        deployment=release.deployment,
+        created_at=release.created_at,
+        plan=to_public(plan, float(release.request["epsilon"])),
+    )
+
+
+@router.post(
+    "/v1/retarget",
+    response_model=ReleasePublic,
+    status_code=201,
+    responses={
+        200: {"model": ReleasePublic, "description": "this request was already served"},
+        202: {"model": PendingPublic, "description": "profiles are being computed"},
+        404: {"model": Problem},
+        409: {"model": Problem, "description": "the release would break the dataset's cap"},
+        422: {"model": Problem},
+        503: {"model": Problem},
+    },
+)
+async def retarget(body: RetargetRequest, request: Request, ctx: ContextDep) -> Response:
+    """Plan and release a model for the target; costs privacy and is recorded in the ledger.
+
+    The same request (dataset, target, method, candidates) returns the same release
+    (200), never a new random draw. With ``Accept: application/octet-stream`` the
+    merged safetensors file is streamed instead of the JSON.
+    """
+    spec = spec_from(body)
+
+    def run() -> tuple[ReleasePublic | None, bool, JSONResponse | None]:
+        try:
+            with session_scope(ctx.session_factory) as session:
+                release, created = release_service.retarget(
+                    session=session,
+                    jobs=ctx.jobs,
+                    blobs=ctx.blobs,
+                    dataset_id=body.dataset_id,
+                    model_ids=body.model_ids,
+                    spec=spec,
+                    deployment=body.deployment,
+                )
+                public = release_public(release)
+        except ProfilesPending as exc:
+            return None, False, pending_response([job_or_queued(ctx.jobs, j) for j in exc.job_ids])
+        return public, created, None
+
+    public, created, pending = await run_in_threadpool(run)
+    if pending is not None:
+        return pending
+    assert public is not None
+    if "application/octet-stream" in request.headers.get("accept", ""):
+        response = blob_response(
+            request, ctx.blobs, public.sha256, f"{public.release_id}.safetensors"
+        )
+        response.headers["X-Release-Id"] = public.release_id
+        return response
+    return JSONResponse(
+        public.model_dump(mode="json"),
+        status_code=201 if created else 200,
+        headers={"Location": f"/v1/releases/{public.release_id}"},
+    )
+
+
+@router.get(
+    "/v1/releases/{release_id}", response_model=ReleasePublic, responses={404: {"model": Problem}}
+)
+def get_release(release_id: str, session: SessionDep) -> ReleasePublic:
+    return release_public(repository.get_release(session=session, release_id=release_id))
+
+
+@router.get(
+    "/v1/releases/{release_id}/weights",
+    response_class=Response,
+    responses={
+        200: {"content": {"application/octet-stream": {}}, "description": "safetensors bytes"},
+        206: {"description": "the requested byte range"},
+        304: {"description": "Not modified"},
+        404: {"model": Problem},
+    },
+)
+def get_release_weights(
+    release_id: str, request: Request, session: SessionDep, blobs: BlobsDep
+) -> Response:
+    """The released weights, with ETag = sha256, If-None-Match (304) and Range."""
+    release = repository.get_release(session=session, release_id=release_id)
+    return blob_response(request, blobs, release.sha256, f"{release.id}.safetensors")
+
+
+@router.get(
+    "/v1/datasets/{dataset_id}/ledger",
+    response_model=LedgerPublic,
+    responses={202: {"model": PendingPublic}, 404: {"model": Problem}},
+)
+def get_ledger(dataset_id: str, ctx: ContextDep) -> LedgerPublic | JSONResponse:
+    """What the outside world has seen of the dataset, bounded by the joint release of
+    every model the releases exposed (Theorem 6.1), against the dataset's cap."""
+    try:
+        with session_scope(ctx.session_factory) as session:
+            dataset = repository.get_dataset(session=session, dataset_id=dataset_id)
+            rows = repository.list_releases(session=session, dataset_id=dataset_id)
+            bound = release_service.ledger_bound(
+                session=session,
+                jobs=ctx.jobs,
+                dataset=dataset,
+                releases=[(list(r.exposed_model_ids), r.epsilon, r.delta) for r in rows],
+            )
+            return LedgerPublic(
+                dataset_id=dataset.id,
+                releases=[release_public(r) for r in rows],
+                exposed_model_ids=bound.exposed_model_ids,
+                cumulative=CumulativePublic(
+                    epsilon=round_up(bound.epsilon), delta=bound.delta, accountant=bound.accountant
+                ),
+                epsilon_cap=dataset.epsilon_cap,
+                delta_cap=dataset.delta_cap,
+            )
+    except ProfilesPending as exc:
+        return pending_response([job_or_queued(ctx.jobs, j) for j in exc.job_ids])

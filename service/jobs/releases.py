@@ -1,0 +1,244 @@
+"""Releases and the ledger: turning a plan into a served model, within a dataset's cap.
+
+A release is computed once per request: the request (dataset, target, method,
+accountant, objective and the candidate models) is hashed, and the same hash
+returns the same release. That matters most for random selection: a caller who
+could make us draw again would see many samples and the guarantee would fail.
+
+The ledger bounds what the outside world has seen of a dataset by the joint
+release of every model any release exposed (Theorem 6.1 of
+papers/dp-model-merging.txt; independent runs compose, checkpoints of one run
+count as their latest one). With a single release the bound is that release's
+own guarantee when it is at the ledger's delta. A release that would push the
+bound over the dataset's cap is refused and nothing is released.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from service.accounting import linear_combination as lc
+from service.accounting.conversions import round_up
+from service.accounting.mechanisms import canonical_json, parse_mechanism
+from service.accounting.planning import Plan, PlanRequestSpec, make_plan
+from service.accounting.profiles import PrivacyProfile
+from service.errors import BudgetExceeded, ProfileFailed, ProfilesPending, StorageError
+from service.jobs.plans import load_candidates
+from service.jobs.queue import JobInfo, Jobs
+from service.merging.base import MergeInput
+from service.merging.random_selection import draw
+from service.merging.registry import METHODS
+from service.registry import repository
+from service.registry.blobs import BlobStore
+from service.registry.models import Dataset, Model, Release
+
+#: The ledger's delta when a dataset declares no delta cap.
+DEFAULT_LEDGER_DELTA = 1e-5
+
+MERGE_FOR = {"lc": "linear", "checkpoint_average": "checkpoint_average"}
+
+
+@dataclass
+class LedgerBound:
+    epsilon: float
+    delta: float
+    accountant: str
+    exposed_model_ids: list[str]
+    representatives: list[str]
+
+
+def ledger_delta(dataset: Dataset) -> float:
+    return dataset.delta_cap or DEFAULT_LEDGER_DELTA
+
+
+def _profiles_of(jobs: Jobs, models: list[Model]) -> list[PrivacyProfile]:
+    out: list[PrivacyProfile] = []
+    pending: list[JobInfo] = []
+    for m in models:
+        profile, job = jobs.profile(parse_mechanism(m.mechanism))
+        if profile is None:
+            assert job is not None
+            if job.status == "failed":
+                raise ProfileFailed(f"the profile of model {m.id!r} failed: {job.error}")
+            pending.append(job)
+        else:
+            out.append(profile)
+    if pending:
+        raise ProfilesPending("profiles are being computed", job_ids=[j.id for j in pending])
+    return out
+
+
+def representatives(models: list[Model]) -> list[Model]:
+    """One model per run (its latest checkpoint); models without a run stand alone."""
+    by_run: dict[str, Model] = {}
+    alone: list[Model] = []
+    for m in models:
+        if m.lineage_run_id is None:
+            alone.append(m)
+        else:
+            best = by_run.get(m.lineage_run_id)
+            if best is None or (m.lineage_step or 0) > (best.lineage_step or 0):
+                by_run[m.lineage_run_id] = m
+    return sorted([*by_run.values(), *alone], key=lambda m: m.id)
+
+
+def ledger_bound(
+    *,
+    session: Session,
+    jobs: Jobs,
+    dataset: Dataset,
+    releases: list[tuple[list[str], float, float]],
+) -> LedgerBound:
+    """The cumulative bound of ``releases`` = [(exposed model ids, epsilon, delta)]."""
+    delta = ledger_delta(dataset)
+    exposed = sorted({mid for ids, _, _ in releases for mid in ids})
+    if not exposed:
+        return LedgerBound(0.0, delta, "none", [], [])
+    models = list(repository.models_by_id(session=session, model_ids=exposed).values())
+    reps = representatives(models)
+    profiles = _profiles_of(jobs, reps)
+    rdp = lc.joint_epsilon(profiles, delta, "rdp")
+    pld = lc.joint_epsilon(profiles, delta, "pld")
+    eps, used = (pld, "pld") if pld <= rdp else (rdp, "rdp")
+    if len(releases) == 1 and releases[0][2] <= delta and releases[0][1] < eps:
+        eps, used = releases[0][1], "release"
+    return LedgerBound(eps, delta, used, exposed, [m.id for m in reps])
+
+
+def request_hash(dataset_id: str, spec: PlanRequestSpec, candidate_ids: list[str]) -> str:
+    payload = {
+        "dataset_id": dataset_id,
+        "epsilon": spec.epsilon,
+        "delta": spec.delta,
+        "method": spec.method,
+        "accountant": spec.accountant,
+        "objective": spec.objective,
+        "metric": spec.metric,
+        "metric_goal": spec.metric_goal,
+        "run_id": spec.run_id,
+        "last_k": spec.last_k,
+        "ema_decay": spec.ema_decay,
+        "candidates": sorted(candidate_ids),
+    }
+    return hashlib.sha256(canonical_json(payload).encode()).hexdigest()
+
+
+def exposed_by(plan: Plan) -> list[str]:
+    """Every model with weight: for RS the whole support (which one was drawn stays secret)."""
+    return sorted(mid for mid, w in plan.weights.items() if w > 0)
+
+
+def retarget(
+    *,
+    session: Session,
+    jobs: Jobs,
+    blobs: BlobStore,
+    dataset_id: str,
+    model_ids: list[str] | None,
+    spec: PlanRequestSpec,
+    deployment: str | None = None,
+) -> tuple[Release, bool]:
+    """The release for this request: (release, created). Nothing is stored on failure."""
+    dataset = repository.get_dataset(session=session, dataset_id=dataset_id)
+    if spec.metric is None and dataset.metric:
+        spec = PlanRequestSpec(**{**spec.__dict__, "metric": dataset.metric})
+    with repository.dataset_lock(session, dataset_id):
+        candidates = load_candidates(
+            session=session, jobs=jobs, dataset_id=dataset_id, model_ids=model_ids
+        )
+        key = request_hash(dataset_id, spec, [c.id for c in candidates])
+        existing = repository.release_by_request(session=session, request_hash=key)
+        if existing is not None:
+            return existing, False
+        plan = make_plan(candidates, spec)
+        exposed = exposed_by(plan)
+        _check_cap(session, jobs, dataset, plan, exposed)
+        models = repository.models_by_id(session=session, model_ids=plan.weights)
+        ordered = sorted(plan.weights)
+        drawn = None
+        if plan.method == "rs":
+            drawn = ordered[draw([plan.weights[m] for m in ordered])]
+            sha, size = models[drawn].sha256, models[drawn].size_bytes
+            if not blobs.exists(sha):
+                raise StorageError(f"the drawn model's weights ({sha}) are missing")
+        else:
+            sha, size = _merge(blobs, METHODS[MERGE_FOR[plan.method]](), models, plan, ordered)
+        release = Release(
+            dataset_id=dataset_id,
+            request_hash=key,
+            request={**spec.__dict__, "model_ids": model_ids, "deployment": deployment},
+            method=plan.method,
+            accountant=plan.accountant,
+            epsilon=plan.epsilon,
+            delta=plan.delta,
+            bound=plan.bound,
+            weights=plan.weights,
+            drawn_model_id=drawn,
+            exposed_model_ids=exposed,
+            plan=_plan_record(plan),
+            sha256=sha,
+            size_bytes=size,
+            deployment=deployment,
+        )
+        session.add(release)
+        session.flush()
+        return release, True
+
+
+def _plan_record(plan: Plan) -> dict[str, Any]:
+    record = dataclasses.asdict(plan)
+    if record["objective_value"] is not None and not math.isfinite(record["objective_value"]):
+        record["objective_value"] = None
+    return record
+
+
+def _check_cap(
+    session: Session, jobs: Jobs, dataset: Dataset, plan: Plan, exposed: list[str]
+) -> None:
+    if dataset.epsilon_cap is None and dataset.delta_cap is None:
+        return
+    delta = ledger_delta(dataset)
+    if plan.delta > delta:
+        raise BudgetExceeded(
+            f"the release's delta {plan.delta} is above the dataset's delta cap {delta}",
+            delta_cap=delta,
+        )
+    past = [
+        (list(r.exposed_model_ids), r.epsilon, r.delta)
+        for r in repository.list_releases(session=session, dataset_id=dataset.id)
+    ]
+    bound = ledger_bound(
+        session=session,
+        jobs=jobs,
+        dataset=dataset,
+        releases=[*past, (exposed, plan.epsilon, plan.delta)],
+    )
+    cap = dataset.epsilon_cap if dataset.epsilon_cap is not None else math.inf
+    if bound.epsilon > cap:
+        raise BudgetExceeded(
+            f"releasing this would bring the dataset's cumulative guarantee to epsilon "
+            f"{round_up(bound.epsilon)} at delta {delta}, over its cap of {cap}",
+            cumulative_epsilon=round_up(bound.epsilon),
+            epsilon_cap=cap,
+        )
+
+
+def _merge(
+    blobs: BlobStore, method: Any, models: dict[str, Model], plan: Plan, ordered: list[str]
+) -> tuple[str, int]:
+    """Stream the merge into a staged blob and move it into place (both or nothing)."""
+    inputs = []
+    for mid in ordered:
+        path = blobs.local_path(models[mid].sha256)
+        if not path.is_file():
+            raise StorageError(f"the weights of model {mid!r} are missing from the store")
+        inputs.append(MergeInput(path, plan.weights[mid]))
+    staged = blobs.stage(method.chunks(inputs))
+    blobs.promote(staged)
+    return staged.sha256, staged.size

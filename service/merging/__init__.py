@@ -1,0 +1,1 @@
+"""Merging released models: one method per file behind ``MergeMethod`` and ``METHODS``."""
