@@ -23,7 +23,7 @@ class MergeMethod(ABC):
     name: ClassVar[str]
 
     @abstractmethod
-    def chunks(self, inputs: list[MergeInput]) -> Iterator[bytes]:
+    def chunks(self, inputs: list[MergeInput]) -> Iterator[bytes | memoryview]:
         """The merged safetensors file, streamed as byte chunks."""
 
 

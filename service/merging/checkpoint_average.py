@@ -20,5 +20,5 @@ __all__ = ["CheckpointAverage", "average_weights"]
 class CheckpointAverage(MergeMethod):
     name = "checkpoint_average"
 
-    def chunks(self, inputs: list[MergeInput]) -> Iterator[bytes]:
+    def chunks(self, inputs: list[MergeInput]) -> Iterator[bytes | memoryview]:
         return LinearMerge().chunks(inputs)

@@ -2,12 +2,15 @@
 
 Inputs are memory-mapped (safe_open), each output tensor is accumulated in
 float32 on the merge device (the GPU when there is one) from one input tensor
-at a time, cast back to the inputs' dtype and streamed out. Peak memory is the
-output tensor being built plus the input tensor being added, not N models.
+at a time, cast back to the inputs' dtype and streamed out. The accumulator and
+the cast buffer are reused across tensors: peak memory is one float32 tensor
+plus one output tensor (inputs are memory-mapped: page cache, not process
+memory), not N models.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from contextlib import ExitStack
 
@@ -16,7 +19,13 @@ from safetensors import safe_open
 
 from service.errors import InvalidInput
 from service.merging.base import MergeInput, MergeMethod, merge_device
-from service.merging.safetensors_stream import DTYPES, FLOAT_DTYPES, header_bytes, tensor_bytes
+from service.merging.safetensors_stream import (
+    DTYPES,
+    FLOAT_DTYPES,
+    header_bytes,
+    tensor_bytes,
+    tensor_views,
+)
 from service.registry.checkpoints import read_signature
 
 
@@ -26,7 +35,7 @@ class LinearMerge(MergeMethod):
     def __init__(self, device: torch.device | None = None) -> None:
         self.device = device or merge_device()
 
-    def chunks(self, inputs: list[MergeInput]) -> Iterator[bytes]:
+    def chunks(self, inputs: list[MergeInput]) -> Iterator[bytes | memoryview]:
         if not inputs:
             raise InvalidInput("nothing to merge")
         signature = read_signature(inputs[0].path)
@@ -37,6 +46,8 @@ class LinearMerge(MergeMethod):
                     "a linear combination needs equal signatures"
                 )
         yield header_bytes(signature)
+        acc_buf = _Buffer(torch.float32, self.device)
+        out_buf = _Buffer(torch.float32, torch.device("cpu"))
         with ExitStack() as stack:
             files = [
                 stack.enter_context(safe_open(str(i.path), framework="pt", device="cpu"))
@@ -48,15 +59,40 @@ class LinearMerge(MergeMethod):
                     # integer buffers (step counters, ...) cannot be averaged: keep the first's
                     yield from tensor_bytes(files[0].get_tensor(name))
                     continue
-                acc = None
-                for item, fh in zip(inputs, files, strict=True):
+                shape = signature[name]["shape"]
+                acc = acc_buf.view(shape)
+                for k, (item, fh) in enumerate(zip(inputs, files, strict=True)):
+                    # never write into t: on the CPU it is the memory-mapped file itself,
+                    # and a write would copy its pages into process memory for good
                     t = fh.get_tensor(name).to(self.device, torch.float32, non_blocking=True)
-                    if acc is None:
-                        acc = t.mul_(item.weight)
+                    if k == 0:
+                        torch.mul(t, item.weight, out=acc)
                     else:
                         acc.add_(t, alpha=item.weight)
                     del t
-                assert acc is not None
-                out = acc.to(DTYPES[dtype][0]).cpu()
-                del acc
-                yield from tensor_bytes(out)
+                out_dtype = DTYPES[dtype][0]
+                if out_dtype == torch.float32 and acc.device.type == "cpu":
+                    out = acc
+                else:
+                    out_buf.dtype = out_dtype
+                    out = out_buf.view(shape)
+                    out.copy_(acc)  # cast (and copy back from the GPU) into a reused buffer
+                yield from tensor_views(out)
+
+
+class _Buffer:
+    """One reusable flat buffer, grown to the largest tensor and viewed per tensor, so the
+    merge allocates nothing per tensor (and the allocator keeps nothing extra)."""
+
+    def __init__(self, dtype: torch.dtype, device: torch.device) -> None:
+        self.dtype = dtype
+        self.device = device
+        self._raw = torch.empty(0, dtype=torch.uint8, device=device)
+
+    def view(self, shape: list[int]) -> torch.Tensor:
+        itemsize = torch.empty((), dtype=self.dtype).element_size()
+        need = math.prod(shape) * itemsize
+        if self._raw.numel() < need:
+            self._raw = torch.empty(0, dtype=torch.uint8, device=self.device)
+            self._raw = torch.empty(need, dtype=torch.uint8, device=self.device)
+        return self._raw[:need].view(self.dtype).view(shape)

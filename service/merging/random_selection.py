@@ -34,7 +34,7 @@ class RandomSelection(MergeMethod):
 
     name = "random_selection"
 
-    def chunks(self, inputs: list[MergeInput]) -> Iterator[bytes]:
+    def chunks(self, inputs: list[MergeInput]) -> Iterator[bytes | memoryview]:
         chosen = inputs[draw([i.weight for i in inputs])]
         with chosen.path.open("rb") as fh:
             yield from iter_file(fh)

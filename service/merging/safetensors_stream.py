@@ -56,3 +56,11 @@ def tensor_bytes(tensor: torch.Tensor, chunk: int = 16 * 1024 * 1024) -> Iterato
     flat = tensor.contiguous().view(-1).view(torch.uint8)
     for start in range(0, flat.numel(), chunk):
         yield flat[start : start + chunk].numpy().tobytes()
+
+
+def tensor_views(tensor: torch.Tensor, chunk: int = 16 * 1024 * 1024) -> Iterator[memoryview]:
+    """A CPU tensor's bytes as zero-copy views; each must be consumed before the next
+    is asked for (the tensor's buffer is reused afterwards)."""
+    raw = tensor.contiguous().view(-1).view(torch.uint8).numpy().data
+    for start in range(0, len(raw), chunk):
+        yield raw[start : start + chunk]

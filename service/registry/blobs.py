@@ -32,7 +32,9 @@ class StagedBlob:
 
 
 class BlobStore(Protocol):
-    def stage(self, chunks: Iterable[bytes], *, max_bytes: int | None = None) -> StagedBlob: ...
+    def stage(
+        self, chunks: Iterable[bytes | memoryview], *, max_bytes: int | None = None
+    ) -> StagedBlob: ...
 
     def promote(self, staged: StagedBlob) -> bool: ...
 
@@ -79,7 +81,9 @@ class LocalBlobStore:
         _check_sha(sha256)
         return self.root / sha256[:2] / sha256[2:4] / sha256
 
-    def stage(self, chunks: Iterable[bytes], *, max_bytes: int | None = None) -> StagedBlob:
+    def stage(
+        self, chunks: Iterable[bytes | memoryview], *, max_bytes: int | None = None
+    ) -> StagedBlob:
         """Write ``chunks`` to a temporary file, hashing as it goes."""
         digest = hashlib.sha256()
         size = 0
@@ -88,7 +92,7 @@ class LocalBlobStore:
         try:
             with os.fdopen(fd, "wb") as out:
                 for block in chunks:
-                    size += len(block)
+                    size += block.nbytes if isinstance(block, memoryview) else len(block)
                     if max_bytes is not None and size > max_bytes:
                         raise PayloadTooLarge(
                             f"upload is larger than the limit of {max_bytes} bytes",
