@@ -21,6 +21,19 @@ DP_SGD = {
 }
 
 
+def sgd(sigma: float, steps: int = 400, q: float = 0.01, lr: float = 0.1, **extra: Any) -> dict:
+    """A Poisson DP-SGD mechanism with plain SGD (what linear combination can account)."""
+    return {
+        "type": "dp_sgd",
+        "sampling_rate": q,
+        "noise_multiplier": sigma,
+        "clipping_norm": 1.0,
+        "steps": steps,
+        "learning_rate": lr,
+        **extra,
+    }
+
+
 def checkpoint_bytes(seed: int = 0, shapes: dict[str, tuple[int, ...]] | None = None) -> bytes:
     gen = torch.Generator().manual_seed(seed)
     shapes = shapes or {"linear.weight": (10, 64), "linear.bias": (10,)}

@@ -10,6 +10,13 @@ from service.registry.blobs import BlobStore
 
 SAFETENSORS = "application/octet-stream"
 
+#: OpenAPI responses of every endpoint that serves a blob (404 added by the route).
+WEIGHTS_RESPONSES: dict[int | str, dict[str, object]] = {
+    200: {"content": {SAFETENSORS: {}}, "description": "safetensors bytes"},
+    206: {"description": "the requested byte range"},
+    304: {"description": "Not modified"},
+}
+
 
 def etag_for(sha256: str) -> str:
     return f'"{sha256}"'

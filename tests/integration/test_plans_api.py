@@ -7,21 +7,9 @@ import json
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.helpers import checkpoint_bytes, upload
+from tests.helpers import checkpoint_bytes, sgd, upload
 
 PROBLEM = "application/problem+json"
-
-
-def sgd(sigma: float, steps: int = 400, **extra) -> dict:
-    return {
-        "type": "dp_sgd",
-        "sampling_rate": 0.01,
-        "noise_multiplier": sigma,
-        "clipping_norm": 1.0,
-        "steps": steps,
-        "learning_rate": 0.1,
-        **extra,
-    }
 
 
 @pytest.fixture

@@ -21,21 +21,9 @@ from service.config import Settings
 from service.registry.db import make_engine, make_sessionmaker
 from service.registry.models import Release
 from tests.conftest import Backend, blob_files
-from tests.helpers import upload
+from tests.helpers import sgd, upload
 
 SHAPES = {"layer.weight": (16, 32), "layer.bias": (16,)}
-
-
-def sgd(sigma: float, steps: int = 300, **extra) -> dict:
-    return {
-        "type": "dp_sgd",
-        "sampling_rate": 0.01,
-        "noise_multiplier": sigma,
-        "clipping_norm": 1.0,
-        "steps": steps,
-        "learning_rate": 0.1,
-        **extra,
-    }
 
 
 def weights_of(seed: int) -> dict[str, np.ndarray]:

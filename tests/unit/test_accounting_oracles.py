@@ -15,6 +15,7 @@ from service.accounting.conversions import ORDERS, eps_from_rdp, eps_from_rdp_cl
 from service.accounting.mechanisms import parse_mechanism
 from service.accounting.profiles import compute_profile, rdp_upper_bound
 from service.accounting.rdp import subsampled_gaussian_rdp
+from tests.helpers import sgd
 from tests.oracles import (
     bis_divergences_gauss_hermite,
     eps_delta_profile,
@@ -25,19 +26,9 @@ from tests.oracles import (
 Q_MNIST = 256 / 60000
 
 
-def dp_sgd(q: float, sigma: float, steps: int) -> dict:
-    return {
-        "type": "dp_sgd",
-        "sampling_rate": q,
-        "noise_multiplier": sigma,
-        "clipping_norm": 1.0,
-        "steps": steps,
-    }
-
-
 @pytest.mark.parametrize(("sigma", "expected"), [(1.0, 0.6201), (0.5, 6.458)])
 def test_poisson_dp_sgd_epsilon_matches_prv_accountant(sigma: float, expected: float) -> None:
-    profile = compute_profile(parse_mechanism(dp_sgd(Q_MNIST, sigma, 705)))
+    profile = compute_profile(parse_mechanism(sgd(sigma, 705, q=Q_MNIST)))
     ours = profile.epsilon(1e-5, "pld")
     prv = PRVAccountant(
         prvs=[
@@ -59,7 +50,7 @@ def test_poisson_dp_sgd_epsilon_matches_dp_accounting_pld() -> None:
     acc = dp_accounting.pld.PLDAccountant(value_discretization_interval=1e-4)
     event = dp_accounting.PoissonSampledDpEvent(Q_MNIST, dp_accounting.GaussianDpEvent(1.0))
     acc.compose(event, 705)
-    ours = compute_profile(parse_mechanism(dp_sgd(Q_MNIST, 1.0, 705))).epsilon(1e-5, "pld")
+    ours = compute_profile(parse_mechanism(sgd(1.0, 705, q=Q_MNIST))).epsilon(1e-5, "pld")
     assert ours == pytest.approx(acc.get_epsilon(1e-5), rel=1e-3)
 
 
@@ -68,7 +59,7 @@ def test_rdp_equals_opacus_at_integer_orders(q: float, sigma: float) -> None:
     ints = [a for a in ORDERS if float(a).is_integer()]
     theirs = np.asarray(opacus_rdp(q=q, noise_multiplier=sigma, steps=300, orders=ints))
     # The RDP part does not depend on the PLD grid; a coarse one keeps this fast.
-    mech = parse_mechanism(dp_sgd(q, sigma, 300))
+    mech = parse_mechanism(sgd(sigma, 300, q=q))
     ours = compute_profile(mech, discretization=0.05).rdp_at(ints)
     finite = np.isfinite(theirs)
     np.testing.assert_allclose(ours[finite], theirs[finite], rtol=1e-8)
@@ -93,7 +84,7 @@ def test_fractional_order_rdp_matches_numerical_integration(
     exact = sampled_gaussian_rdp_quad(q, sigma, alpha)
     ours = float(subsampled_gaussian_rdp([q], [sigma], [alpha])[0, 0])
     assert exact <= ours <= exact * (1 + 1e-6)
-    profile_value = float(compute_profile(parse_mechanism(dp_sgd(q, sigma, 1))).rdp_at([alpha])[0])
+    profile_value = float(compute_profile(parse_mechanism(sgd(sigma, 1, q=q))).rdp_at([alpha])[0])
     assert profile_value >= exact
 
 

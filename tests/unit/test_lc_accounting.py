@@ -16,19 +16,8 @@ from service.accounting.mixture import (
 )
 from service.accounting.profiles import compute_profile
 from service.errors import Unsupported
+from tests.helpers import sgd
 from tests.oracles import gaussian_delta
-
-
-def sgd(sigma: float, steps: int, q: float = 0.01, lr: float = 0.1, **extra) -> dict:
-    return {
-        "type": "dp_sgd",
-        "sampling_rate": q,
-        "noise_multiplier": sigma,
-        "clipping_norm": 1.0,
-        "steps": steps,
-        "learning_rate": lr,
-        **extra,
-    }
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

@@ -10,6 +10,7 @@ from service.accounting.mechanisms import parse_mechanism
 from service.accounting.planning import Candidate, PlanRequestSpec, make_plan
 from service.accounting.profiles import compute_profile
 from service.errors import InfeasibleTarget, InvalidInput, Unsupported
+from tests.helpers import sgd
 
 SHIFT = 0.02  # n = 100 samples clipped to [-1, 1]
 
@@ -24,18 +25,6 @@ def candidate(
 ) -> Candidate:
     m = parse_mechanism(mech)
     return Candidate(mid, m, compute_profile(m), dict(metrics), run or mid, step, sig)
-
-
-def sgd(sigma: float, steps: int = 400, q: float = 0.01, **extra) -> dict:
-    return {
-        "type": "dp_sgd",
-        "sampling_rate": q,
-        "noise_multiplier": sigma,
-        "clipping_norm": 1.0,
-        "steps": steps,
-        "learning_rate": 0.1,
-        **extra,
-    }
 
 
 @pytest.fixture(scope="module")

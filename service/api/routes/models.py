@@ -15,7 +15,7 @@ from starlette.formparsers import MultiPartException
 from service.accounting.conversions import round_up
 from service.accounting.mechanisms import error_messages, parse_mechanism
 from service.accounting.profiles import ACCOUNTANTS
-from service.api.blob_responses import blob_response
+from service.api.blob_responses import WEIGHTS_RESPONSES, blob_response
 from service.api.deps import AppContext, BlobsDep, ContextDep, JobsDep, SessionDep
 from service.api.routes.jobs import pending_response
 from service.api.schemas import (
@@ -222,11 +222,7 @@ def get_model(model_id: str, session: SessionDep) -> ModelPublic:
 @router.get(
     "/{model_id}/weights",
     response_class=Response,
-    responses={
-        200: {"content": {"application/octet-stream": {}}, "description": "safetensors bytes"},
-        304: {"description": "Not modified"},
-        404: {"model": Problem},
-    },
+    responses={**WEIGHTS_RESPONSES, 404: {"model": Problem}},
 )
 def get_model_weights(
     model_id: str, request: Request, session: SessionDep, blobs: BlobsDep

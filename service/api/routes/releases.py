@@ -6,7 +6,7 @@ from fastapi.responses import JSONResponse
 
 from service.accounting.conversions import round_up
 from service.accounting.planning import Plan
-from service.api.blob_responses import blob_response
+from service.api.blob_responses import WEIGHTS_RESPONSES, blob_response
 from service.api.deps import BlobsDep, ContextDep, SessionDep
 from service.api.routes.jobs import job_or_queued, pending_response
 from service.api.routes.plans import spec_from, to_public
@@ -118,12 +118,7 @@ def get_release(release_id: str, session: SessionDep) -> ReleasePublic:
 @router.get(
     "/v1/releases/{release_id}/weights",
     response_class=Response,
-    responses={
-        200: {"content": {"application/octet-stream": {}}, "description": "safetensors bytes"},
-        206: {"description": "the requested byte range"},
-        304: {"description": "Not modified"},
-        404: {"model": Problem},
-    },
+    responses={**WEIGHTS_RESPONSES, 404: {"model": Problem}},
 )
 def get_release_weights(
     release_id: str, request: Request, session: SessionDep, blobs: BlobsDep
