@@ -1,4 +1,4 @@
-"""`retarget serve | worker | migrate | openapi`."""
+"""`retarget serve | worker | keys create | migrate | openapi`."""
 
 from __future__ import annotations
 
@@ -33,6 +33,8 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
 
     if settings.auto_migrate:
         _migrate(settings)
+    if settings.auth:
+        _bootstrap_admin_key(settings)
     host = args.host or settings.host
     port = args.port or settings.port
     print(
@@ -41,6 +43,43 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         flush=True,
     )
     uvicorn.run(create_app(settings), host=host, port=port, log_level=args.log_level)
+    return 0
+
+
+def _bootstrap_admin_key(settings: Settings) -> None:
+    """With no live API key yet, make an admin key and print it (shown this once)."""
+    from service.registry import keys
+    from service.registry.db import make_engine, make_sessionmaker, session_scope
+
+    engine = make_engine(settings.resolved_database_url)
+    try:
+        with session_scope(make_sessionmaker(engine)) as session:
+            if keys.count_live_keys(session=session):
+                return
+            _, key = keys.create_key(session=session, name="first admin", scopes=["admin"])
+    finally:
+        engine.dispose()
+    print(f"No API key existed: created an admin key (shown once): {key}", flush=True)
+    if settings.database_url is None:  # the embedded default: also leave it for scripts
+        path = settings.data_dir / "admin-key"
+        path.touch(mode=0o600)
+        path.write_text(key + "\n")
+        print(f"(also written to {path}, readable by you only)", flush=True)
+
+
+def cmd_keys_create(args: argparse.Namespace, settings: Settings) -> int:
+    from service.registry import keys
+    from service.registry.db import make_engine, make_sessionmaker, session_scope
+
+    if settings.auto_migrate:
+        _migrate(settings)
+    engine = make_engine(settings.resolved_database_url)
+    try:
+        with session_scope(make_sessionmaker(engine)) as session:
+            row, key = keys.create_key(session=session, name=args.name, scopes=args.scope)
+            print(f"{key}\n(id {row.id}, scopes {', '.join(row.scopes)}; shown once)")
+    finally:
+        engine.dispose()
     return 0
 
 
@@ -100,6 +139,19 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--burst", action="store_true", help="exit when the queue is empty")
     worker.add_argument("--name", default=None, help="worker name (default: host and pid)")
     worker.set_defaults(func=cmd_worker)
+
+    keys = sub.add_parser("keys", help="manage API keys")
+    keys_sub = keys.add_subparsers(dest="keys_command", required=True)
+    create = keys_sub.add_parser("create", help="create an API key and print it (once)")
+    create.add_argument(
+        "--scope",
+        action="append",
+        required=True,
+        choices=["admin", "publish", "release", "read"],
+        help="repeat for several scopes",
+    )
+    create.add_argument("--name", default="cli")
+    create.set_defaults(func=cmd_keys_create)
 
     migrate = sub.add_parser("migrate", help="bring the database schema to the newest revision")
     migrate.set_defaults(func=cmd_migrate)

@@ -55,6 +55,10 @@ class Settings(BaseSettings):
     worker_maintenance_interval_s: int = Field(
         default=600, gt=0, description="How often a worker cleans up lost jobs."
     )
+    auth: bool = Field(
+        default=True,
+        description="Require an API key on every endpoint but health, metrics and webhooks.",
+    )
     host: str = "127.0.0.1"
     port: int = 8000
 

@@ -7,6 +7,8 @@ to a status code and a problem+json ``type`` (``service/api/problems.py``).
     ├── InvalidInput        input that parses but makes no sense (422)
     │   └── InvalidUpload   an uploaded file that is not a valid safetensors file (422)
     ├── PayloadTooLarge     a body over the configured limit (413)
+    ├── Unauthenticated     no valid API key (401)
+    ├── Forbidden           the key lacks the scope (403)
     ├── NotFound            the named thing does not exist (404)
     ├── Conflict            a uniqueness rule would break (409)
     │   └── BudgetExceeded  a release would push a dataset over its cap (409)
@@ -40,6 +42,14 @@ class InvalidUpload(InvalidInput):
 
 class PayloadTooLarge(RetargetError):
     """A request body over the configured size limit."""
+
+
+class Unauthenticated(RetargetError):
+    """No API key, or one that is unknown or revoked."""
+
+
+class Forbidden(RetargetError):
+    """The API key does not carry the scope this operation needs."""
 
 
 class NotFound(RetargetError):

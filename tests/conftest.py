@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from service.api.app import create_app
 from service.config import Settings
 from service.registry.db import make_engine
+from service.registry.keys import create_key
 from service.registry.migrate import upgrade
 
 PG_ADMIN_URL = os.environ.get(
@@ -98,10 +99,20 @@ def settings(tmp_path: Path, backend: Backend) -> Settings:
     return Settings(data_dir=tmp_path / "data", database_url=backend.url, auto_migrate=False)
 
 
+def authorize(client: TestClient, factory: sessionmaker[Session], *scopes: str) -> str:
+    """Create a key with ``scopes`` (default admin) and send it with every request."""
+    with factory() as session:
+        _, key = create_key(session=session, name="tests", scopes=list(scopes or ("admin",)))
+        session.commit()
+    client.headers["Authorization"] = f"Bearer {key}"
+    return key
+
+
 @pytest.fixture
 def client(settings: Settings, backend: Backend) -> Iterator[TestClient]:
     app = create_app(settings, session_factory=backend.session_factory)
     with TestClient(app) as c:
+        authorize(c, backend.session_factory)
         yield c
 
 
@@ -118,5 +129,5 @@ def committed_db(postgres_url: str) -> Iterator[str]:
     yield postgres_url
     engine = make_engine(postgres_url)
     with engine.begin() as conn:
-        conn.execute(text("TRUNCATE releases, models, datasets CASCADE"))
+        conn.execute(text("TRUNCATE releases, models, datasets, api_keys CASCADE"))
     engine.dispose()

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI
+from fastapi.routing import APIRoute
 from prometheus_client import CollectorRegistry
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.types import Scope
 
 from service import __version__
 from service.api import problems
-from service.api.deps import AppContext
+from service.api.deps import AppContext, required_scope
 from service.api.limits import BodySizeLimit
-from service.api.routes import datasets, health, models, plans, releases
+from service.api.routes import datasets, health, keys, models, plans, releases
 from service.api.routes import jobs as jobs_routes
 from service.config import Settings, get_settings
 from service.jobs.metrics import JobsCollector
@@ -23,6 +25,17 @@ from service.registry.blobs import LocalBlobStore
 from service.registry.db import make_engine, make_sessionmaker
 
 log = logging.getLogger(__name__)
+
+#: Every router of the API, in order; routes carry their full paths and scopes.
+ROUTERS: tuple[APIRouter, ...] = (
+    health.router,
+    datasets.router,
+    models.router,
+    plans.router,
+    releases.router,
+    jobs_routes.router,
+    keys.router,
+)
 
 #: Bodies other than checkpoint uploads are small JSON documents.
 JSON_BODY_LIMIT = 4 * 1024 * 1024
@@ -58,14 +71,7 @@ def create_app(
     app.state.metrics = CollectorRegistry(auto_describe=True)
     app.state.metrics.register(JobsCollector(jobs.counters, jobs.queue_sizes))
     problems.install(app)
-    for router in (
-        health.router,
-        datasets.router,
-        models.router,
-        plans.router,
-        releases.router,
-        jobs_routes.router,
-    ):
+    for router in ROUTERS:
         app.include_router(router)
 
     upload_limit = settings.max_upload_bytes + settings.max_metadata_bytes + 1024 * 1024
@@ -76,4 +82,36 @@ def create_app(
         return max(JSON_BODY_LIMIT, settings.max_metadata_bytes)
 
     app.add_middleware(BodySizeLimit, limit_for=limit_for)
+    _document_security(app)
     return app
+
+
+def api_routes() -> list[APIRoute]:
+    """Every operation of the API (the route table the scope test walks)."""
+    return [r for router in ROUTERS for r in router.routes if isinstance(r, APIRoute)]
+
+
+def _document_security(app: FastAPI) -> None:
+    """Declare the bearer API key and each operation's scope in the OpenAPI document."""
+    base = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        schema = base()
+        schema.setdefault("components", {})["securitySchemes"] = {
+            "ApiKey": {"type": "http", "scheme": "bearer", "description": "an API key"}
+        }
+        for route in api_routes():
+            scope = required_scope(route)
+            if scope is None:
+                continue
+            for method in route.methods or ():
+                op = schema["paths"].get(route.path_format, {}).get(method.lower())
+                if op is not None:
+                    op["security"] = [{"ApiKey": []}]
+                    op["x-required-scope"] = scope
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, Request
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.config import Settings
+from service.errors import Forbidden, Unauthenticated
 from service.jobs.queue import Jobs
 from service.registry.blobs import BlobStore
+from service.registry.keys import find_key
 
 
 @dataclass
@@ -60,3 +62,52 @@ def get_jobs(ctx: ContextDep) -> Jobs:
 
 
 JobsDep = Annotated[Jobs, Depends(get_jobs)]
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: the API key's id, name and scopes (or the open embedded mode)."""
+
+    key_id: str | None
+    name: str
+    scopes: tuple[str, ...]
+
+
+def _principal(request: Request, ctx: AppContext) -> Principal:
+    if not ctx.settings.auth:
+        return Principal(None, "auth disabled", ("admin",))
+    header = request.headers.get("authorization", "")
+    scheme, _, key = header.partition(" ")
+    if scheme.lower() != "bearer" or not key.strip():
+        raise Unauthenticated("send an API key: Authorization: Bearer <key>")
+    session = ctx.session_factory()
+    try:
+        row = find_key(session=session, key=key.strip())
+        if row is None:
+            raise Unauthenticated("unknown or revoked API key")
+        return Principal(row.id, row.name, tuple(row.scopes))
+    finally:
+        session.close()
+
+
+def require(scope: str) -> Any:
+    """A dependency that admits keys with ``scope`` (or ``admin``)."""
+
+    def check(request: Request, ctx: ContextDep) -> Principal:
+        principal = _principal(request, ctx)
+        if scope not in principal.scopes and "admin" not in principal.scopes:
+            raise Forbidden(f"this operation needs an API key with scope {scope!r}")
+        return principal
+
+    check.required_scope = scope  # type: ignore[attr-defined]
+    return Depends(check)
+
+
+def required_scope(route: Any) -> str | None:
+    """The scope a route's ``require`` dependency asks for (None: an open route)."""
+    dependant = getattr(route, "dependant", None)
+    for dep in dependant.dependencies if dependant is not None else []:
+        scope = getattr(dep.call, "required_scope", None)
+        if scope is not None:
+            return str(scope)
+    return None

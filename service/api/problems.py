@@ -22,6 +22,8 @@ TABLE: dict[type[errors.RetargetError], tuple[int, str, str]] = {
     errors.InvalidUpload: (422, "invalid-upload", "Invalid checkpoint upload"),
     errors.InvalidInput: (422, "invalid-input", "Invalid input"),
     errors.PayloadTooLarge: (413, "payload-too-large", "Payload too large"),
+    errors.Unauthenticated: (401, "unauthorized", "Unauthorized"),
+    errors.Forbidden: (403, "forbidden", "Forbidden"),
     errors.NotFound: (404, "not-found", "Not found"),
     errors.BudgetExceeded: (409, "budget-exceeded", "Privacy budget exceeded"),
     errors.Conflict: (409, "conflict", "Conflict"),
@@ -73,7 +75,8 @@ def for_domain_error(exc: errors.RetargetError) -> JSONResponse:
         if cls in TABLE:
             status, slug, title = TABLE[cls]
             break
-    return problem(status, slug, title, exc.detail, **exc.extra)
+    headers = {"WWW-Authenticate": 'Bearer realm="retarget"'} if status == 401 else None
+    return problem(status, slug, title, exc.detail, headers=headers, **exc.extra)
 
 
 def _validation_errors(exc: RequestValidationError) -> list[dict[str, Any]]:

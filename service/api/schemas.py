@@ -228,3 +228,21 @@ class LedgerPublic(BaseModel):
     cumulative: CumulativePublic
     epsilon_cap: float | None
     delta_cap: float | None
+
+
+class KeyCreate(_In):
+    name: Name
+    scopes: list[Literal["admin", "publish", "release", "read"]] = Field(min_length=1)
+
+
+class KeyPublic(BaseModel):
+    id: str
+    name: str
+    prefix: str = Field(description="the key's first characters, to tell keys apart")
+    scopes: list[str]
+    created_at: datetime
+    revoked_at: datetime | None
+
+
+class KeyCreated(KeyPublic):
+    key: str = Field(description="the API key; shown this once, stored only hashed")

@@ -56,7 +56,12 @@ def server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
 
 def test_register_list_download_on_embedded_defaults(server: tuple[str, Path]) -> None:
     base, data_dir = server
+    key = (data_dir / "admin-key").read_text().strip()
+    assert key.startswith("rt_")
+    assert oct((data_dir / "admin-key").stat().st_mode & 0o777) == "0o600"
     with httpx2.Client(base_url=base, timeout=30) as http:
+        assert http.get("/v1/models").status_code == 401
+        http.headers["Authorization"] = f"Bearer {key}"
         ds = http.post("/v1/datasets", json={"name": "digits"}).json()["id"]
         weights = checkpoint_bytes(seed=5)
         files = {"weights": ("m.safetensors", weights)}

@@ -11,7 +11,7 @@ from sqlalchemy import func, select
 
 from service.config import Settings
 from service.registry.models import Model
-from tests.conftest import Backend, blob_files
+from tests.conftest import Backend, authorize, blob_files
 from tests.helpers import DP_SGD, checkpoint_bytes, model_metadata, pickle_bytes, upload
 
 PROBLEM = "application/problem+json"
@@ -197,6 +197,7 @@ def test_upload_over_the_size_limit_is_413_and_stores_nothing(
         auto_migrate=False,
     )
     with TestClient(create_app(small, session_factory=backend.session_factory)) as c:
+        authorize(c, backend.session_factory)
         resp = upload(c, checkpoint_bytes(), model_metadata(dataset_id))
         assert_problem(resp, 413, "payload-too-large")
     assert blob_files(small) == [] and model_rows(backend) == 0

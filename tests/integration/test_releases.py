@@ -20,7 +20,7 @@ from service.api.app import create_app
 from service.config import Settings
 from service.registry.db import make_engine, make_sessionmaker
 from service.registry.models import Release
-from tests.conftest import Backend, blob_files
+from tests.conftest import Backend, authorize, blob_files
 from tests.helpers import sgd, upload
 
 SHAPES = {"layer.weight": (16, 32), "layer.bias": (16,)}
@@ -250,7 +250,9 @@ def test_a_failure_in_the_middle_of_a_merge_leaves_no_release_and_no_blob(
 @pytest.fixture
 def shared(committed_db: str, tmp_path: Path) -> Iterator[TestClient]:
     settings = Settings(database_url=committed_db, data_dir=tmp_path / "data", auto_migrate=False)
-    with TestClient(create_app(settings)) as c:
+    app = create_app(settings)
+    with TestClient(app) as c:
+        authorize(c, app.state.ctx.session_factory)
         yield c
 
 

@@ -33,6 +33,7 @@ from service.config import Settings
 from service.jobs.metrics import RedisCounters
 from service.jobs.queue import RQJobs
 from service.jobs.store import redis_client
+from tests.conftest import authorize
 from tests.helpers import checkpoint_bytes, upload
 
 REDIS_URL = os.environ.get("RETARGET_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
@@ -69,7 +70,9 @@ def env(monkeypatch: pytest.MonkeyPatch, committed_db: str, tmp_path: Path) -> S
 
 @pytest.fixture
 def client(env: Settings, rclient: redis.Redis) -> Iterator[TestClient]:
-    with TestClient(create_app(env)) as c:
+    app = create_app(env)
+    with TestClient(app) as c:
+        authorize(c, app.state.ctx.session_factory)
         yield c
 
 
@@ -265,7 +268,9 @@ def test_redis_down_keeps_the_api_up_and_reads_working(committed_db: str, tmp_pa
         settings = Settings(
             redis_url=url, database_url=committed_db, data_dir=tmp_path / "d", auto_migrate=False
         )
-        with TestClient(create_app(settings)) as c:
+        app = create_app(settings)
+        with TestClient(app) as c:
+            authorize(c, app.state.ctx.session_factory)
             model = register(c, SGD)
             assert c.get("/readyz").status_code == 200
             server.terminate()

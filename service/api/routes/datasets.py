@@ -4,7 +4,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from service.api.deps import SessionDep
+from service.api.deps import SessionDep, require
 from service.api.schemas import DatasetCreate, DatasetPublic, DatasetsPublic, Problem
 from service.registry import repository
 
@@ -16,6 +16,7 @@ Limit = Annotated[int, Query(ge=1, le=500)]
 
 @router.post(
     "",
+    dependencies=[require("publish")],
     status_code=201,
     response_model=DatasetPublic,
     responses={409: {"model": Problem}, 422: {"model": Problem}},
@@ -26,7 +27,7 @@ def create_dataset(body: DatasetCreate, session: SessionDep) -> DatasetPublic:
     return DatasetPublic.model_validate(dataset)
 
 
-@router.get("", response_model=DatasetsPublic)
+@router.get("", dependencies=[require("read")], response_model=DatasetsPublic)
 def list_datasets(session: SessionDep, offset: Offset = 0, limit: Limit = 50) -> DatasetsPublic:
     rows, total = repository.list_datasets(session=session, offset=offset, limit=limit)
     return DatasetsPublic(
@@ -37,7 +38,12 @@ def list_datasets(session: SessionDep, offset: Offset = 0, limit: Limit = 50) ->
     )
 
 
-@router.get("/{dataset_id}", response_model=DatasetPublic, responses={404: {"model": Problem}})
+@router.get(
+    "/{dataset_id}",
+    dependencies=[require("read")],
+    response_model=DatasetPublic,
+    responses={404: {"model": Problem}},
+)
 def get_dataset(dataset_id: str, session: SessionDep) -> DatasetPublic:
     return DatasetPublic.model_validate(
         repository.get_dataset(session=session, dataset_id=dataset_id)

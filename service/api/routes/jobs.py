@@ -3,7 +3,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
-from service.api.deps import JobsDep
+from service.api.deps import JobsDep, require
 from service.api.schemas import JobPublic, Problem
 from service.errors import NotFound
 from service.jobs.queue import JobInfo, Jobs
@@ -45,7 +45,12 @@ def pending_response(jobs: list[JobInfo]) -> JSONResponse:
     return JSONResponse(body, status_code=202, headers=headers)
 
 
-@router.get("/{job_id}", response_model=JobPublic, responses={404: {"model": Problem}})
+@router.get(
+    "/{job_id}",
+    dependencies=[require("read")],
+    response_model=JobPublic,
+    responses={404: {"model": Problem}},
+)
 def get_job(job_id: str, jobs: JobsDep) -> JobPublic:
     """An accounting job's state; a failed job keeps its error."""
     return job_public(jobs.get(job_id))

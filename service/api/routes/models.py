@@ -16,7 +16,7 @@ from service.accounting.conversions import round_up
 from service.accounting.mechanisms import error_messages, parse_mechanism
 from service.accounting.profiles import ACCOUNTANTS
 from service.api.blob_responses import WEIGHTS_RESPONSES, blob_response
-from service.api.deps import AppContext, BlobsDep, ContextDep, JobsDep, SessionDep
+from service.api.deps import AppContext, BlobsDep, ContextDep, JobsDep, SessionDep, require
 from service.api.routes.jobs import pending_response
 from service.api.schemas import (
     Claimed,
@@ -150,6 +150,7 @@ def _register(ctx: AppContext, meta: ModelCreate, weights: IO[bytes]) -> ModelPu
 
 @router.post(
     "",
+    dependencies=[require("publish")],
     status_code=201,
     response_model=ModelPublic,
     openapi_extra=_UPLOAD_BODY,
@@ -201,7 +202,7 @@ Offset = Annotated[int, Query(ge=0, le=10**9)]
 Limit = Annotated[int, Query(ge=1, le=500)]
 
 
-@router.get("", response_model=ModelsPublic)
+@router.get("", dependencies=[require("read")], response_model=ModelsPublic)
 def list_models(
     session: SessionDep,
     dataset_id: Annotated[str | None, Query(max_length=36)] = None,
@@ -214,13 +215,19 @@ def list_models(
     return ModelsPublic(data=[to_public(m) for m in rows], count=total, offset=offset, limit=limit)
 
 
-@router.get("/{model_id}", response_model=ModelPublic, responses={404: {"model": Problem}})
+@router.get(
+    "/{model_id}",
+    dependencies=[require("read")],
+    response_model=ModelPublic,
+    responses={404: {"model": Problem}},
+)
 def get_model(model_id: str, session: SessionDep) -> ModelPublic:
     return to_public(repository.get_model(session=session, model_id=model_id))
 
 
 @router.get(
     "/{model_id}/weights",
+    dependencies=[require("read")],
     response_class=Response,
     responses={**WEIGHTS_RESPONSES, 404: {"model": Problem}},
 )
@@ -238,6 +245,7 @@ AccountantQuery = Annotated[Literal["rdp", "pld", "best"], Query()]
 
 @router.get(
     "/{model_id}/epsilon",
+    dependencies=[require("read")],
     response_model=EpsilonPublic,
     responses={
         202: {"model": PendingPublic, "description": "the profile is being computed"},

@@ -6,7 +6,7 @@ from fastapi.responses import JSONResponse
 
 from service.accounting.conversions import round_up
 from service.accounting.planning import Plan, PlanRequestSpec
-from service.api.deps import ContextDep
+from service.api.deps import ContextDep, require
 from service.api.routes.jobs import job_or_queued, pending_response
 from service.api.schemas import PendingPublic, PlanPublic, PlanRequest, PlanWeight, Problem
 from service.errors import ProfilesPending
@@ -52,6 +52,7 @@ def spec_from(body: PlanRequest) -> PlanRequestSpec:
 
 @router.post(
     "",
+    dependencies=[require("read")],
     response_model=PlanPublic,
     responses={
         202: {"model": PendingPublic, "description": "profiles are being computed"},

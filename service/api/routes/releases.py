@@ -7,7 +7,7 @@ from fastapi.responses import JSONResponse
 from service.accounting.conversions import round_up
 from service.accounting.planning import Plan
 from service.api.blob_responses import WEIGHTS_RESPONSES, blob_response
-from service.api.deps import BlobsDep, ContextDep, SessionDep
+from service.api.deps import BlobsDep, ContextDep, SessionDep, require
 from service.api.routes.jobs import job_or_queued, pending_response
 from service.api.routes.plans import spec_from, to_public
 from service.api.schemas import (
@@ -54,6 +54,7 @@ def release_public(release: Release) -> ReleasePublic:
 
 @router.post(
     "/v1/retarget",
+    dependencies=[require("release")],
     response_model=ReleasePublic,
     status_code=201,
     responses={
@@ -109,7 +110,10 @@ async def retarget(body: RetargetRequest, request: Request, ctx: ContextDep) -> 
 
 
 @router.get(
-    "/v1/releases/{release_id}", response_model=ReleasePublic, responses={404: {"model": Problem}}
+    "/v1/releases/{release_id}",
+    dependencies=[require("read")],
+    response_model=ReleasePublic,
+    responses={404: {"model": Problem}},
 )
 def get_release(release_id: str, session: SessionDep) -> ReleasePublic:
     return release_public(repository.get_release(session=session, release_id=release_id))
@@ -117,6 +121,7 @@ def get_release(release_id: str, session: SessionDep) -> ReleasePublic:
 
 @router.get(
     "/v1/releases/{release_id}/weights",
+    dependencies=[require("read")],
     response_class=Response,
     responses={**WEIGHTS_RESPONSES, 404: {"model": Problem}},
 )
@@ -130,6 +135,7 @@ def get_release_weights(
 
 @router.get(
     "/v1/datasets/{dataset_id}/ledger",
+    dependencies=[require("read")],
     response_model=LedgerPublic,
     responses={202: {"model": PendingPublic}, 404: {"model": Problem}},
 )

@@ -1,0 +1,41 @@
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from service.api.deps import SessionDep, require
+from service.api.schemas import KeyCreate, KeyCreated, KeyPublic, Problem
+from service.registry import keys
+
+router = APIRouter(prefix="/v1/keys", tags=["keys"], dependencies=[require("admin")])
+
+
+def key_public(row: keys.ApiKey) -> KeyPublic:
+    return KeyPublic(
+        id=row.id,
+        name=row.name,
+        prefix=row.prefix,
+        scopes=list(row.scopes),
+        created_at=row.created_at,
+        revoked_at=row.revoked_at,
+    )
+
+
+@router.post("", status_code=201, response_model=KeyCreated, responses={422: {"model": Problem}})
+def create_key(body: KeyCreate, session: SessionDep) -> KeyCreated:
+    """A new API key. The key is in this answer only: it is stored hashed."""
+    row, key = keys.create_key(session=session, name=body.name, scopes=list(body.scopes))
+    session.commit()
+    return KeyCreated(**key_public(row).model_dump(), key=key)
+
+
+@router.get("", response_model=list[KeyPublic])
+def list_keys(session: SessionDep) -> list[KeyPublic]:
+    """Every key, without secrets."""
+    return [key_public(k) for k in keys.list_keys(session=session)]
+
+
+@router.delete("/{key_id}", response_model=KeyPublic, responses={404: {"model": Problem}})
+def revoke_key(key_id: str, session: SessionDep) -> KeyPublic:
+    row = keys.revoke_key(session=session, key_id=key_id)
+    session.commit()
+    return key_public(row)
