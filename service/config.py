@@ -59,6 +59,20 @@ class Settings(BaseSettings):
         default=True,
         description="Require an API key on every endpoint but health, metrics and webhooks.",
     )
+    webhook_secrets: dict[str, str] = Field(
+        default_factory=dict,
+        description='Per-source secrets of signed policy-change webhooks, JSON: {"ops": "..."}.',
+    )
+    webhook_tolerance_s: int = Field(
+        default=300, gt=0, description="Largest accepted age of a webhook's timestamp."
+    )
+    callback_secret: str | None = Field(
+        default=None, description="Secret that signs the notifications sent to callback URLs."
+    )
+    callback_retry_delays_s: list[float] = Field(
+        default=[1, 5, 30, 120, 600],
+        description="Delays between attempts to notify a callback URL.",
+    )
     host: str = "127.0.0.1"
     port: int = 8000
 

@@ -15,7 +15,16 @@ from service import __version__
 from service.api import problems
 from service.api.deps import AppContext, required_scope
 from service.api.limits import BodySizeLimit
-from service.api.routes import datasets, health, keys, models, plans, releases
+from service.api.routes import (
+    datasets,
+    deployments,
+    health,
+    keys,
+    models,
+    plans,
+    releases,
+    webhooks,
+)
 from service.api.routes import jobs as jobs_routes
 from service.config import Settings, get_settings
 from service.jobs.metrics import JobsCollector
@@ -33,6 +42,8 @@ ROUTERS: tuple[APIRouter, ...] = (
     models.router,
     plans.router,
     releases.router,
+    deployments.router,
+    webhooks.router,
     jobs_routes.router,
     keys.router,
 )
@@ -62,6 +73,8 @@ def create_app(
         blobs=LocalBlobStore(settings.resolved_blob_dir),
         jobs=jobs,
     )
+    if isinstance(jobs, InProcessJobs):
+        jobs.context = ctx
     app = FastAPI(
         title="Retarget",
         version=__version__,

@@ -71,6 +71,10 @@ class Jobs(Protocol):
 
     def get(self, job_id: str) -> JobInfo: ...
 
+    def submit(self, kind: str, kwargs: dict[str, Any], background: bool = False) -> JobInfo:
+        """Run a deployment job (``policy_change`` | ``notify``) here or on a worker."""
+        ...
+
     def ready(self) -> tuple[bool, str]: ...
 
     def queue_sizes(self) -> dict[str, int]: ...
@@ -87,6 +91,8 @@ class InProcessJobs:
         self.profiles = Profiles(MemoryProfileStore(), discretization)
         self.session_factory = session_factory
         self.counters: Counters = LocalCounters()
+        #: where deployment jobs run (set by the app factory: settings, sessions, blobs, jobs)
+        self.context: Any = None
         self._jobs: dict[str, JobInfo] = {}
         self._lock = threading.Lock()
 
@@ -125,6 +131,37 @@ class InProcessJobs:
         job.result = {"mechanism_hash": profile.mechanism_hash, "claims_checked": claims}
         return profile, job
 
+    def submit(self, kind: str, kwargs: dict[str, Any], background: bool = False) -> JobInfo:
+        """In the process: at once, or on a daemon thread (notifications, which retry)."""
+        from service.jobs.runner import RUNNERS
+
+        if self.context is None:
+            raise RuntimeError("InProcessJobs.context is not set")
+        job = JobInfo(
+            id=f"local-{uuid.uuid4().hex[:16]}",
+            kind=kind,
+            status="queued",
+            enqueued_at=datetime.now(UTC),
+        )
+        with self._lock:
+            self._jobs[job.id] = job
+
+        def run() -> None:
+            job.status, job.started_at = "started", datetime.now(UTC)
+            try:
+                runner: Any = RUNNERS[kind]
+                job.result = runner(self.context, **kwargs)
+                job.status = "finished"
+            except Exception as exc:
+                job.status, job.error = "failed", repr(exc)
+            job.ended_at = datetime.now(UTC)
+
+        if background:
+            threading.Thread(target=run, name=f"retarget-{kind}", daemon=True).start()
+        else:
+            run()
+        return job
+
     def get(self, job_id: str) -> JobInfo:
         with self._lock:
             job = self._jobs.get(job_id)
@@ -137,6 +174,13 @@ class InProcessJobs:
 
     def queue_sizes(self) -> dict[str, int]:
         return {}
+
+
+#: Deployment jobs by kind, as the worker imports them.
+TASKS = {
+    "policy_change": "service.jobs.tasks.policy_change_task",
+    "notify": "service.jobs.tasks.notify_task",
+}
 
 
 def profile_job_id(key: str) -> str:
@@ -201,6 +245,25 @@ class RQJobs:
             # Another request holds the lock and is enqueueing this very job right now
             # (or crashed doing so: the lock's expiry heals that).
             return None, JobInfo(id=job_id, kind="profile", status="queued")
+
+    def submit(self, kind: str, kwargs: dict[str, Any], background: bool = False) -> JobInfo:
+        try:
+            job = self.queue.enqueue(
+                TASKS[kind],
+                kwargs=kwargs,
+                job_timeout=self.settings.job_timeout_s,
+                result_ttl=7 * 24 * 3600,
+                failure_ttl=7 * 24 * 3600,
+                retry=Retry(max=self.settings.job_retries, interval=[0, 10, 60])
+                if self.settings.job_retries
+                else None,
+                on_failure=Callback(on_failure),
+                meta={"kind": kind},
+            )
+        except redis.RedisError as exc:
+            raise StorageError(f"the job queue (Redis) is unreachable: {exc}") from exc
+        self.counters.incr("jobs_queued")
+        return self.get(job.id)
 
     def get(self, job_id: str) -> JobInfo:
         try:

@@ -55,3 +55,33 @@ def lock_key(key: str) -> str:
 def on_failure(job: Any, connection: Any, exc_type: Any, exc_value: Any, tb: Any) -> None:
     """RQ failure callback: count it (the job itself keeps the error)."""
     RedisCounters(connection).incr("jobs_failed")
+
+
+def _worker_context() -> Any:
+    from service.jobs.queue import RQJobs
+    from service.jobs.runner import WorkContext
+    from service.registry.blobs import LocalBlobStore
+
+    settings = Settings()
+    assert settings.redis_url, "the worker needs RETARGET_REDIS_URL"
+    engine = make_engine(settings.resolved_database_url)
+    return WorkContext(
+        settings=settings,
+        session_factory=make_sessionmaker(engine),
+        blobs=LocalBlobStore(settings.resolved_blob_dir),
+        jobs=RQJobs(redis_client(settings.redis_url), settings),
+    )
+
+
+def policy_change_task(**kwargs: Any) -> dict[str, Any]:
+    """Re-target a deployment (from a signed webhook)."""
+    from service.jobs.runner import run_policy_change
+
+    return run_policy_change(_worker_context(), **kwargs)
+
+
+def notify_task(**kwargs: Any) -> dict[str, Any]:
+    """Notify a deployment's callback URL of its new release (retries inside)."""
+    from service.jobs.runner import run_notify
+
+    return run_notify(_worker_context(), **kwargs)

@@ -155,3 +155,54 @@ class ApiKey(Base):
     scopes: Mapped[list[Any]] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+class Deployment(Base):
+    """A name bound to a dataset and a privacy policy, serving its current release."""
+
+    __tablename__ = "deployments"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    dataset_id: Mapped[str] = mapped_column(ForeignKey("datasets.id", ondelete="RESTRICT"))
+    epsilon: Mapped[float] = mapped_column(Float)
+    delta: Mapped[float] = mapped_column(Float)
+    method: Mapped[str] = mapped_column(String(32))
+    accountant: Mapped[str] = mapped_column(String(8))
+    callback_url: Mapped[str | None] = mapped_column(String(2000))
+    current_release_id: Mapped[str | None] = mapped_column(
+        ForeignKey("releases.id", ondelete="RESTRICT")
+    )
+    last_error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class DeploymentEvent(Base):
+    """The history of a deployment: policies, releases, failures, callbacks."""
+
+    __tablename__ = "deployment_events"
+    __table_args__ = (Index("ix_deployment_events_deployment", "deployment_id", "created_at"),)
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    deployment_id: Mapped[str] = mapped_column(ForeignKey("deployments.id", ondelete="CASCADE"))
+    #: created | policy_changed | policy_failed | callback_ok | callback_failed
+    kind: Mapped[str] = mapped_column(String(32))
+    epsilon: Mapped[float | None] = mapped_column(Float)
+    delta: Mapped[float | None] = mapped_column(Float)
+    release_id: Mapped[str | None] = mapped_column(String(36))
+    reason: Mapped[str | None] = mapped_column(Text)
+    source: Mapped[str | None] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class WebhookDelivery(Base):
+    """A policy-change webhook delivery, kept so a replay answers with the first result."""
+
+    __tablename__ = "webhook_deliveries"
+
+    id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    source: Mapped[str] = mapped_column(String(200))
+    status_code: Mapped[int] = mapped_column(Integer)
+    response: Mapped[dict[str, Any]] = mapped_column(JSON)
+    received_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)

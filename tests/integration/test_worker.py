@@ -315,3 +315,50 @@ def test_plans_wait_for_profiles_then_answer(
     run_worker(env)
     done = client.post("/v1/plans", json=body)
     assert done.status_code == 200 and done.json()["epsilon"] <= 2.0
+
+
+def test_a_signed_webhook_is_applied_by_the_worker(
+    client: TestClient, env: Settings, rclient: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from service.jobs.signing import sign
+
+    secret = "worker-webhook-secret"
+    monkeypatch.setenv("RETARGET_WEBHOOK_SECRETS", json.dumps({"default": secret}))
+    app = create_app(Settings())
+    with TestClient(app) as c:
+        c.headers.update(client.headers)
+        ds = c.post("/v1/datasets", json={"name": "w"}).json()["id"]
+        for i, s in enumerate((0.8, 2.0)):
+            meta = {"dataset_id": ds, "name": f"w{i}", "mechanism": {**SGD, "noise_multiplier": s}}
+            assert upload(c, checkpoint_bytes(i), json.dumps(meta)).status_code == 201
+        run_worker(env)  # the profiles
+        dep = c.post(
+            "/v1/deployments",
+            json={
+                "name": "edge",
+                "dataset_id": ds,
+                "epsilon": 1.0,
+                "delta": 1e-5,
+                "method": "lc",
+                "accountant": "rdp",
+            },
+        )
+        assert dep.status_code == 201, dep.text
+        raw = json.dumps({"deployment": "edge", "epsilon": 2.0, "delta": 1e-5}).encode()
+        accepted = c.post(
+            "/v1/webhooks/policy-change",
+            content=raw,
+            headers={
+                "X-Retarget-Signature": sign(secret, raw),
+                "X-Retarget-Delivery": "w-1",
+                "Content-Type": "application/json",
+            },
+        )
+        assert accepted.status_code == 202 and accepted.json()["job"]["status"] == "queued"
+        assert c.get("/v1/deployments/edge").json()["epsilon"] == 1.0
+        run_worker(env)
+        job = c.get(f"/v1/jobs/{accepted.json()['job']['id']}").json()
+        assert job["status"] == "finished" and job["result"]["status"] == "changed"
+        after = c.get("/v1/deployments/edge").json()
+        assert after["epsilon"] == 2.0
+        assert after["current_release_id"] != dep.json()["current_release_id"]

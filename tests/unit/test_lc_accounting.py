@@ -7,6 +7,7 @@ import pytest
 from dp_accounting.pld import privacy_loss_distribution as pldlib
 
 from service.accounting import linear_combination as lc
+from service.accounting.conversions import ORDERS, eps_from_rdp
 from service.accounting.mechanisms import parse_mechanism
 from service.accounting.mixture import (
     lc_mixture,
@@ -15,6 +16,7 @@ from service.accounting.mixture import (
     mixture_rdp_literal,
 )
 from service.accounting.profiles import compute_profile
+from service.accounting.rdp import subsampled_gaussian_rdp
 from service.errors import Unsupported
 from tests.helpers import sgd
 from tests.oracles import gaussian_delta
@@ -48,6 +50,16 @@ def test_reverse_direction_matches_numerical_integration() -> None:
         assert ours == pytest.approx(np.log(val) / (alpha - 1), rel=1e-8)
 
 
+@pytest.mark.parametrize(("q", "sigma"), [(0.01, 1.0), (0.004, 0.6), (0.2, 2.0), (0.05, 0.8)])
+def test_quadrature_stays_within_1e_10_of_the_exact_integer_order_rdp(
+    q: float, sigma: float
+) -> None:
+    ints = np.array([a for a in ORDERS if float(a).is_integer()])
+    forward, _ = mixture_rdp(lc_mixture([q], [1.0 / sigma]), ints)
+    exact = subsampled_gaussian_rdp([q], [sigma], ints)[0]
+    np.testing.assert_allclose(forward, exact, rtol=1e-10)
+
+
 def test_single_component_is_the_exact_gaussian() -> None:
     forward, reverse = mixture_rdp(lc_mixture([1.0, 1.0], [0.3, 0.4]), [2.0, 10.0])
     np.testing.assert_allclose(forward, np.array([2.0, 10.0]) * 0.7**2 / 2, rtol=1e-14)
@@ -75,7 +87,9 @@ def test_lc_at_a_vertex_is_that_models_own_profile() -> None:
     rdp_eps = lc.lc_rdp_epsilon(structs, lam, 1e-5)  # type: ignore[arg-type]
     pld_eps = lc.lc_pld_epsilon(structs, lam, 1e-5, 1e-4)  # type: ignore[arg-type]
     assert rdp_eps == pytest.approx(profile.epsilon(1e-5, "rdp"), rel=1e-6)
-    assert rdp_eps >= profile.epsilon(1e-5, "rdp")
+    # both carry the 1e-9 rounding margin; LC must stay above the exact, unmargined value
+    exact = eps_from_rdp(ORDERS, subsampled_gaussian_rdp([0.01], [1.0], ORDERS)[0] * 500, 1e-5)
+    assert rdp_eps >= exact
     assert pld_eps == pytest.approx(profile.epsilon(1e-5, "pld"), rel=1e-4)
 
 

@@ -1,0 +1,155 @@
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from sqlalchemy.orm import Session
+
+from service.api.blob_responses import WEIGHTS_RESPONSES, blob_response
+from service.api.deps import BlobsDep, ContextDep, SessionDep, require
+from service.api.schemas import (
+    DeploymentCreate,
+    DeploymentEventPublic,
+    DeploymentPublic,
+    PolicyUpdate,
+    Problem,
+)
+from service.errors import NotFound
+from service.jobs import deployments as service
+from service.registry import repository
+from service.registry.db import session_scope
+from service.registry.models import Deployment
+
+router = APIRouter(prefix="/v1/deployments", tags=["deployments"])
+
+
+def deployment_public(session: Session, dep: Deployment) -> DeploymentPublic:
+    return DeploymentPublic(
+        name=dep.name,
+        dataset_id=dep.dataset_id,
+        epsilon=dep.epsilon,
+        delta=dep.delta,
+        method=dep.method,
+        accountant=dep.accountant,
+        callback_url=dep.callback_url,
+        current_release_id=dep.current_release_id,
+        model_url=f"/v1/deployments/{dep.name}/model",
+        last_error=dep.last_error,
+        created_at=dep.created_at,
+        updated_at=dep.updated_at,
+        history=[
+            DeploymentEventPublic(
+                kind=e.kind,
+                epsilon=e.epsilon,
+                delta=e.delta,
+                release_id=e.release_id,
+                reason=e.reason,
+                source=e.source,
+                created_at=e.created_at,
+            )
+            for e in service.events(session=session, deployment_id=dep.id)
+        ],
+    )
+
+
+@router.post(
+    "",
+    dependencies=[require("release")],
+    status_code=201,
+    response_model=DeploymentPublic,
+    responses={404: {"model": Problem}, 409: {"model": Problem}, 422: {"model": Problem}},
+)
+async def create_deployment(body: DeploymentCreate, ctx: ContextDep) -> DeploymentPublic:
+    """Bind a name to a dataset and a policy, and release its first model.
+
+    Nothing is stored when the first release cannot be made (422 with the reason,
+    409 over the dataset's cap).
+    """
+
+    def run() -> DeploymentPublic:
+        with session_scope(ctx.session_factory) as session:
+            dep, _ = service.create_deployment(
+                session=session,
+                jobs=ctx.jobs,
+                blobs=ctx.blobs,
+                name=body.name,
+                dataset_id=body.dataset_id,
+                epsilon=body.epsilon,
+                delta=body.delta,
+                method=body.method,
+                accountant=body.accountant,
+                callback_url=body.callback_url,
+                callback_secret=ctx.settings.callback_secret,
+            )
+            public = deployment_public(session, dep)
+        if dep.callback_url:
+            ctx.jobs.submit("notify", {"deployment_id": dep.id}, background=True)
+        return public
+
+    return await run_in_threadpool(run)
+
+
+@router.get("", dependencies=[require("read")], response_model=list[DeploymentPublic])
+def list_deployments(session: SessionDep) -> list[DeploymentPublic]:
+    return [deployment_public(session, d) for d in service.list_deployments(session=session)]
+
+
+@router.get(
+    "/{name}",
+    dependencies=[require("read")],
+    response_model=DeploymentPublic,
+    responses={404: {"model": Problem}},
+)
+def get_deployment(name: str, session: SessionDep) -> DeploymentPublic:
+    return deployment_public(session, service.get_deployment(session=session, name=name))
+
+
+@router.put(
+    "/{name}/policy",
+    dependencies=[require("release")],
+    response_model=DeploymentPublic,
+    responses={404: {"model": Problem}, 409: {"model": Problem}, 422: {"model": Problem}},
+)
+async def change_policy(name: str, body: PolicyUpdate, ctx: ContextDep) -> DeploymentPublic:
+    """Re-target: plan, release, point the deployment at the new release.
+
+    A policy that cannot be met is refused with the reason (422; 409 over the cap);
+    the deployment keeps serving its previous model and the failure is in its history.
+    """
+
+    def run() -> DeploymentPublic:
+        dep_id, _ = service.change_policy(
+            session_factory=ctx.session_factory,
+            jobs=ctx.jobs,
+            blobs=ctx.blobs,
+            name=name,
+            epsilon=body.epsilon,
+            delta=body.delta,
+            reason=body.reason,
+            source="api",
+        )
+        with session_scope(ctx.session_factory) as session:
+            dep = service.get_deployment(session=session, name=name)
+            public = deployment_public(session, dep)
+        if public.callback_url:
+            ctx.jobs.submit("notify", {"deployment_id": dep_id}, background=True)
+        return public
+
+    return await run_in_threadpool(run)
+
+
+@router.get(
+    "/{name}/model",
+    dependencies=[require("read")],
+    response_class=Response,
+    responses={**WEIGHTS_RESPONSES, 404: {"model": Problem}},
+)
+def get_deployment_model(
+    name: str, request: Request, session: SessionDep, blobs: BlobsDep
+) -> Response:
+    """The deployment's current weights: ETag = sha256, so serving infra polls with
+    If-None-Match and gets 304 until the model changes."""
+    dep = service.get_deployment(session=session, name=name)
+    if dep.current_release_id is None:
+        raise NotFound(f"deployment {name!r} has no release yet")
+    release = repository.get_release(session=session, release_id=dep.current_release_id)
+    return blob_response(request, blobs, release.sha256, f"{dep.name}.safetensors")
