@@ -127,19 +127,19 @@ FRACTIONAL_EXACT_UP_TO = 8.0
 def mixture_rdp(mix: Mixture, orders: ArrayLike) -> tuple[NDArray, NDArray]:
     """(D_alpha(P||Q), D_alpha(Q||P)) for every order, by trapezoid quadrature in log space.
 
-    E_Q[(P/Q)^t] = int phi(x) M(x)^t dx, t = alpha (forward) or 1 - alpha (reverse).
-    Step sizes: for integer alpha the forward integrand is a finite sum of unit-variance
-    Gaussians (the multinomial expansion), on which the trapezoid rule with h = 0.7 errs
-    by ~2 exp(-2 pi^2 / h^2) = 3e-18 relative (1e-10 with rounding, tested). Otherwise
-    the integrand is analytic in the strip |Im x| < pi / A (A the largest shift; M's
-    nearest complex zeros), and h = min(1/2, 1/(2A)) errs by ~exp(-2 pi^2 / (h A)) <= e^-39.
-    Ranges: forward peaks solve x = alpha (log M)'(x) with (log M)' in [0, A], so [-40, alpha A + 40] holds every
-    peak with e^-800 tails beyond. The reverse log-integrand has curvature <= -1 (log M is
-    convex), so its mass lies within 45 of its single peak, found by Newton's method.
-    Fractional orders above FRACTIONAL_EXACT_UP_TO are bounded by the chord of
-    (alpha - 1) D_alpha between the neighbouring integers (convex in alpha): an upper
-    bound, tight to the curvature over one unit. A single component (q = 1 for every
-    model) is the Gaussian alpha A^2 / 2, exact.
+    E_Q[(P/Q)^t] = int phi(x) M(x)^t dx, t = alpha (forward) or 1 - alpha (reverse). Step
+    sizes: for integer alpha the forward integrand is a finite sum of unit-variance
+    Gaussians (the multinomial expansion), on which the trapezoid rule with h = 0.7 errs by
+    ~2 exp(-2 pi^2 / h^2) = 3e-18 relative (1e-10 with rounding, tested). Otherwise the
+    integrand is analytic in the strip |Im x| < pi / A (A the largest shift; M's nearest
+    complex zeros), and h = min(1/2, 1/(2A)) errs by ~exp(-2 pi^2 / (h A)) <= e^-39. Ranges:
+    forward peaks solve x = alpha (log M)'(x) with (log M)' in [0, A], so [-40, alpha A +
+    40] holds every peak with e^-800 tails beyond. The reverse log-integrand has curvature
+    <= -1 (log M is convex), so its mass lies within 45 of its single peak, found by
+    Newton's method. Fractional orders above FRACTIONAL_EXACT_UP_TO are bounded by the chord
+    of (alpha - 1) D_alpha between the neighbouring integers (convex in alpha): an upper
+    bound, tight to the curvature over one unit. A single component (q = 1 for every model)
+    is the Gaussian alpha A^2 / 2, exact.
     """
     a = np.asarray(orders, dtype=np.float64)
     if np.any(a <= 1):
