@@ -133,6 +133,8 @@ def change_policy(
     On a domain error (infeasible target, cap, unsupported) the deployment keeps its
     release, the failure is recorded in its history, and the error is raised.
     """
+    with session_scope(session_factory) as session:
+        get_deployment(session=session, name=name)  # an unknown name is a plain 404
     try:
         with session_scope(session_factory) as session:
             dep = get_deployment(session=session, name=name)
@@ -162,8 +164,6 @@ def change_policy(
             )
             return dep.id, release.id
     except RetargetError as exc:
-        if isinstance(exc, NotFound) and "deployment" in exc.detail:
-            raise
         with session_scope(session_factory) as session:
             dep = get_deployment(session=session, name=name)
             dep.last_error = exc.detail

@@ -270,3 +270,9 @@ def test_a_callback_needs_a_signing_secret(app_client: TestClient) -> None:
     )
     assert resp.status_code == 422 and "RETARGET_CALLBACK_SECRET" in resp.json()["detail"]
     assert app_client.get("/v1/deployments").json() == []
+
+
+def test_unknown_deployments_are_404(app_client: TestClient) -> None:
+    resp = app_client.put("/v1/deployments/nope/policy", json={"epsilon": 1.0, "delta": 1e-5})
+    assert resp.status_code == 404
+    assert app_client.get("/v1/deployments/nope/model").status_code == 404
