@@ -32,3 +32,17 @@ def test_contract_paths_are_documented() -> None:
         assert path in paths
     upload = paths["/v1/models"]["post"]["requestBody"]["content"]
     assert set(upload["multipart/form-data"]["schema"]["properties"]) == {"weights", "metadata"}
+
+
+def test_every_error_answer_is_documented_as_problem_json() -> None:
+    import json
+
+    doc = json.loads(render_openapi())
+    for path, ops in doc["paths"].items():
+        for method, op in ops.items():
+            for code, resp in op["responses"].items():
+                if code.startswith(("4", "5")):
+                    assert list(resp["content"]) == ["application/problem+json"], (path, method)
+            if "security" in op:
+                assert {"401", "403"} <= set(op["responses"]), (path, method)
+                assert op["x-required-scope"] in ("admin", "publish", "release", "read")

@@ -104,8 +104,34 @@ def api_routes() -> list[APIRoute]:
     return [r for router in ROUTERS for r in router.routes if isinstance(r, APIRoute)]
 
 
+#: Answers any operation may give, documented on all of them.
+GENERIC_PROBLEMS = {
+    "400": "Malformed request (a body that does not parse)",
+    "422": "Invalid input",
+    "500": "Internal error (never with a stack trace)",
+}
+SECURED_PROBLEMS = {"401": "No valid API key", "403": "The key lacks the scope"}
+
+
+def _document_problems(schema: dict[str, Any]) -> None:
+    """Every error answer is problem+json, whatever FastAPI's defaults say."""
+    problem = {"$ref": "#/components/schemas/Problem"}
+    for ops in schema["paths"].values():
+        for op in ops.values():
+            responses = op.setdefault("responses", {})
+            extra = dict(GENERIC_PROBLEMS)
+            if "security" in op:
+                extra.update(SECURED_PROBLEMS)
+            for code, text in extra.items():
+                responses.setdefault(code, {"description": text})
+            for code, resp in responses.items():
+                if str(code).startswith(("4", "5")):
+                    resp["content"] = {"application/problem+json": {"schema": problem}}
+
+
 def _document_security(app: FastAPI) -> None:
-    """Declare the bearer API key and each operation's scope in the OpenAPI document."""
+    """Declare the bearer API key and each operation's scope in the OpenAPI document,
+    and the problem+json error answers of every operation."""
     base = app.openapi
 
     def openapi() -> dict[str, Any]:
@@ -124,6 +150,7 @@ def _document_security(app: FastAPI) -> None:
                 if op is not None:
                     op["security"] = [{"ApiKey": []}]
                     op["x-required-scope"] = scope
+        _document_problems(schema)
         app.openapi_schema = schema
         return schema
 

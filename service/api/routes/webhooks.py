@@ -29,9 +29,7 @@ MAX_BODY = 64 * 1024
     openapi_extra={
         "requestBody": {
             "required": True,
-            "content": {
-                "application/json": {"schema": {"$ref": "#/components/schemas/PolicyChangeWebhook"}}
-            },
+            "content": {"application/json": {"schema": PolicyChangeWebhook.model_json_schema()}},
         },
         "parameters": [
             {
