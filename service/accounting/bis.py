@@ -64,31 +64,6 @@ def _log_binom(n: int | float, r: NDArray) -> NDArray:
     return np.asarray(special.gammaln(n + 1) - special.gammaln(r + 1) - special.gammaln(n - r + 1))
 
 
-def fill_fractional(orders: NDArray, values: NDArray, integer_mask: NDArray) -> NDArray:
-    """Upper bounds at the fractional orders from the integer ones.
-
-    (alpha - 1) D_alpha is convex in alpha (it is the log of a moment generating
-    function) and 0 at alpha = 1, so between integer orders a < alpha < b the chord
-    of (alpha - 1) D_alpha lies above it; below the smallest integer order the
-    chord from (1, 0) gives D_alpha <= D_a. Orders above the largest integer get inf.
-    """
-    out = values.copy()
-    ints = orders[integer_mask]
-    vals = values[integer_mask]
-    xs = np.concatenate([[1.0], ints])
-    ys = np.concatenate([[0.0], (ints - 1.0) * vals])
-    for i in np.flatnonzero(~integer_mask):
-        alpha = orders[i]
-        j = np.searchsorted(xs, alpha)
-        if j >= xs.shape[0]:
-            out[i] = np.inf
-            continue
-        x0, x1, y0, y1 = xs[j - 1], xs[j], ys[j - 1], ys[j]
-        chord = y0 + (y1 - y0) * (alpha - x0) / (x1 - x0)
-        out[i] = chord / (alpha - 1.0)
-    return out
-
-
 def forward_rdp_exact(
     d: int, k: int, noise_multiplier: float, orders: ArrayLike, max_work: int = 20_000
 ) -> NDArray:

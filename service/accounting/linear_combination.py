@@ -49,11 +49,6 @@ class LCStructure:
     def steps(self) -> int:
         return sum(n for n, _ in self.segments)
 
-    @property
-    def noise_variance(self) -> float:
-        """sum over steps of (lr sigma C)^2: the variance of the noise this run added."""
-        return float(sum(n * (p.lr * p.sigma * p.clip) ** 2 for n, p in self.segments))
-
 
 def lc_structure(mechanism: Mechanism) -> LCStructure | None:
     """The DP-SGD structure LC accounting needs, or None when there is none to use.

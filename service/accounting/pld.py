@@ -148,9 +148,6 @@ class PldPair:
     def compose(self, other: PldPair) -> PldPair:
         return PldPair.from_pld(self.to_pld().compose(other.to_pld()))
 
-    def self_compose(self, count: int) -> PldPair:
-        return PldPair.from_pld(self.to_pld().self_compose(count))
-
     def to_json(self) -> dict[str, Any]:
         return {"remove": _pmf_json(self.remove), "add": _pmf_json(self.add)}
 
@@ -238,10 +235,3 @@ def epsilon_delta_pld(
         value_discretization_interval=discretization,
     )
     return PldPair.from_pld(pld)
-
-
-def epsilon_delta_profile(eps0: float, delta0: float, epsilon: float) -> float:
-    """The closed-form privacy profile of a generic (eps0, delta0)-DP mechanism."""
-    if epsilon >= eps0:
-        return delta0
-    return delta0 + (1 - delta0) * (math.exp(eps0) - math.exp(epsilon)) / (1 + math.exp(eps0))

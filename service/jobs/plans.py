@@ -13,8 +13,8 @@ from sqlalchemy.orm import Session
 
 from service.accounting.mechanisms import parse_mechanism
 from service.accounting.planning import Candidate, Plan, PlanRequestSpec, make_plan
-from service.errors import InvalidInput, NotFound, ProfileFailed, ProfilesPending
-from service.jobs.queue import JobInfo, Jobs
+from service.errors import InvalidInput, NotFound
+from service.jobs.queue import Jobs, profiles_or_pending
 from service.registry import repository
 from service.registry.models import Model
 
@@ -45,36 +45,22 @@ def load_candidates(
                 select(Model).where(Model.dataset_id == dataset_id).order_by(Model.created_at)
             )
         )
-    out = []
-    pending: list[JobInfo] = []
-    for row in rows:
-        mechanism = parse_mechanism(row.mechanism)
-        profile, job = jobs.profile(mechanism)
-        if profile is None:
-            assert job is not None
-            if job.status == "failed":
-                raise ProfileFailed(
-                    f"the profile of model {row.id!r} failed: {job.error}", job_id=job.id
-                )
-            pending.append(job)
-            continue
-        out.append(
-            Candidate(
-                id=row.id,
-                mechanism=mechanism,
-                profile=profile,
-                metrics={k: float(v) for k, v in (row.metrics or {}).items()},
-                run_id=row.lineage_run_id,
-                step=row.lineage_step,
-                signature_hash=row.signature_hash,
-            )
+    mechanisms = [parse_mechanism(row.mechanism) for row in rows]
+    profiles = profiles_or_pending(
+        jobs, [(f"model {row.id!r}", m) for row, m in zip(rows, mechanisms, strict=True)]
+    )
+    return [
+        Candidate(
+            id=row.id,
+            mechanism=mechanism,
+            profile=profile,
+            metrics={k: float(v) for k, v in (row.metrics or {}).items()},
+            run_id=row.lineage_run_id,
+            step=row.lineage_step,
+            signature_hash=row.signature_hash,
         )
-    if pending:
-        unique = {j.id: j for j in pending}
-        raise ProfilesPending(
-            f"{len(unique)} privacy profile(s) are being computed", job_ids=list(unique)
-        )
-    return out
+        for row, mechanism, profile in zip(rows, mechanisms, profiles, strict=True)
+    ]
 
 
 def plan_for(

@@ -52,10 +52,6 @@ class MemoryProfileStore:
             while len(self._items) > self.max_entries:
                 self._items.popitem(last=False)
 
-    def clear(self) -> None:
-        with self._lock:
-            self._items.clear()
-
 
 class Profiles:
     """Get a mechanism's profile from the store, computing it on a miss."""

@@ -40,7 +40,7 @@ from service.accounting.mechanisms import Mechanism, canonical_mechanism, mechan
 from service.accounting.pld import DEFAULT_DISCRETIZATION
 from service.accounting.profiles import PrivacyProfile
 from service.config import Settings
-from service.errors import NotFound, StorageError
+from service.errors import NotFound, ProfileFailed, ProfilesPending, StorageError
 from service.jobs.claims import apply_claim_checks
 from service.jobs.metrics import Counters, LocalCounters, RedisCounters
 from service.jobs.profiles import MemoryProfileStore, Profiles, profile_key
@@ -181,6 +181,30 @@ TASKS = {
     "policy_change": "service.jobs.tasks.policy_change_task",
     "notify": "service.jobs.tasks.notify_task",
 }
+
+
+def profiles_or_pending(jobs: Jobs, items: list[tuple[str, Mechanism]]) -> list[PrivacyProfile]:
+    """The profiles of ``items`` ((label, mechanism) pairs), in order.
+
+    Raises ``ProfileFailed`` when one failed for good, else ``ProfilesPending`` (each job
+    once) while any is still queued or running.
+    """
+    out: list[PrivacyProfile] = []
+    pending: dict[str, JobInfo] = {}
+    for label, mechanism in items:
+        profile, job = jobs.profile(mechanism)
+        if profile is not None:
+            out.append(profile)
+            continue
+        assert job is not None
+        if job.status == "failed":
+            raise ProfileFailed(f"the profile of {label} failed: {job.error}", job_id=job.id)
+        pending[job.id] = job
+    if pending:
+        raise ProfilesPending(
+            f"{len(pending)} privacy profile(s) are being computed", job_ids=list(pending)
+        )
+    return out
 
 
 def profile_job_id(key: str) -> str:

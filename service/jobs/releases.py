@@ -27,10 +27,9 @@ from service.accounting import linear_combination as lc
 from service.accounting.conversions import round_up
 from service.accounting.mechanisms import canonical_json, parse_mechanism
 from service.accounting.planning import Plan, PlanRequestSpec, make_plan
-from service.accounting.profiles import PrivacyProfile
-from service.errors import BudgetExceeded, ProfileFailed, ProfilesPending, StorageError
+from service.errors import BudgetExceeded, StorageError
 from service.jobs.plans import load_candidates
-from service.jobs.queue import JobInfo, Jobs
+from service.jobs.queue import Jobs, profiles_or_pending
 from service.merging.base import MergeInput
 from service.merging.random_selection import draw
 from service.merging.registry import METHODS
@@ -55,23 +54,6 @@ class LedgerBound:
 
 def ledger_delta(dataset: Dataset) -> float:
     return dataset.delta_cap or DEFAULT_LEDGER_DELTA
-
-
-def _profiles_of(jobs: Jobs, models: list[Model]) -> list[PrivacyProfile]:
-    out: list[PrivacyProfile] = []
-    pending: list[JobInfo] = []
-    for m in models:
-        profile, job = jobs.profile(parse_mechanism(m.mechanism))
-        if profile is None:
-            assert job is not None
-            if job.status == "failed":
-                raise ProfileFailed(f"the profile of model {m.id!r} failed: {job.error}")
-            pending.append(job)
-        else:
-            out.append(profile)
-    if pending:
-        raise ProfilesPending("profiles are being computed", job_ids=[j.id for j in pending])
-    return out
 
 
 def representatives(models: list[Model]) -> list[Model]:
@@ -102,7 +84,9 @@ def ledger_bound(
         return LedgerBound(0.0, delta, "none", [], [])
     models = list(repository.models_by_id(session=session, model_ids=exposed).values())
     reps = representatives(models)
-    profiles = _profiles_of(jobs, reps)
+    profiles = profiles_or_pending(
+        jobs, [(f"model {m.id!r}", parse_mechanism(m.mechanism)) for m in reps]
+    )
     rdp = lc.joint_epsilon(profiles, delta, "rdp")
     pld = lc.joint_epsilon(profiles, delta, "pld")
     eps, used = (pld, "pld") if pld <= rdp else (rdp, "rdp")

@@ -17,7 +17,7 @@ from service.accounting.mechanisms import error_messages, parse_mechanism
 from service.accounting.profiles import ACCOUNTANTS
 from service.api.blob_responses import WEIGHTS_RESPONSES, blob_response
 from service.api.deps import AppContext, BlobsDep, ContextDep, JobsDep, SessionDep, require
-from service.api.routes.jobs import pending_response
+from service.api.routes.jobs import job_or_queued, pending_response
 from service.api.schemas import (
     Claimed,
     EpsilonPublic,
@@ -28,8 +28,9 @@ from service.api.schemas import (
     PendingPublic,
     Problem,
 )
-from service.errors import InvalidInput, PayloadTooLarge, ProfileFailed, Unsupported
+from service.errors import InvalidInput, PayloadTooLarge, ProfilesPending, Unsupported
 from service.jobs.claims import apply_claim_checks
+from service.jobs.queue import profiles_or_pending
 from service.registry import repository
 from service.registry.blobs import iter_file
 from service.registry.db import session_scope
@@ -269,14 +270,10 @@ def get_model_epsilon(
     in the request instead).
     """
     model = repository.get_model(session=session, model_id=model_id)
-    profile, job = jobs.profile(parse_mechanism(model.mechanism))
-    if profile is None:
-        assert job is not None
-        if job.status == "failed":
-            raise ProfileFailed(
-                f"computing this model's profile failed: {job.error}", job_id=job.id
-            )
-        return pending_response([job])
+    try:
+        (profile,) = profiles_or_pending(jobs, [("this model", parse_mechanism(model.mechanism))])
+    except ProfilesPending as exc:
+        return pending_response([job_or_queued(jobs, j) for j in exc.job_ids])
     eps = profile.epsilon(delta, accountant)
     # The PLD accountant falls back to the RDP-derived curve where no PLD is known.
     used = "pld" if profile.pld is not None and eps == profile.epsilon(delta, "pld") else "rdp"
