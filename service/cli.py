@@ -1,4 +1,4 @@
-"""`retarget serve | worker | keys create | migrate | openapi`."""
+"""`retarget serve | worker | keys create | migrate | demo | openapi`."""
 
 from __future__ import annotations
 
@@ -97,6 +97,15 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
+    try:
+        from service.demo.run import main as demo_main
+    except ImportError as exc:  # opacus / scikit-learn are the 'demo' extra
+        print(f"the demo needs the 'demo' extra: pip install -e '.[demo]' ({exc})")
+        return 2
+    return demo_main(Path(args.out), quick=args.quick)
+
+
 def openapi_document() -> dict[str, object]:
     from service.api.app import create_app
 
@@ -155,6 +164,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     migrate = sub.add_parser("migrate", help="bring the database schema to the newest revision")
     migrate.set_defaults(func=cmd_migrate)
+
+    demo = sub.add_parser(
+        "demo",
+        help="train DP models on digits, retarget them through the API, write a report",
+    )
+    demo.add_argument("--out", default="retarget-demo", help="folder for models and report")
+    demo.add_argument("--quick", action="store_true", help="tiny settings (seconds)")
+    demo.set_defaults(func=cmd_demo)
 
     openapi = sub.add_parser("openapi", help="write the OpenAPI document")
     openapi.add_argument("--output", "-o", default=str(DEFAULT_OPENAPI))

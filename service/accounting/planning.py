@@ -52,12 +52,19 @@ class Plan:
     weights: dict[str, float]
     epsilon: float
     delta: float
-    objective: Literal["metric", "noise"]
+    objective: Literal["metric", "noise", "validation"]
     objective_value: float | None
     expected_utility: float | None
     bound: str
     notes: list[str] = field(default_factory=list)
     heuristic: bool = False
+    #: models the release reveals beyond those with weight (objective 'validation': every
+    #: model scored, since the choice of weights depends on all of them)
+    exposed: list[str] | None = None
+
+
+#: Accuracy of sum_i w_i theta_i on the dataset's public validation split, by model id.
+Evaluate = Callable[[dict[str, float]], float]
 
 
 @dataclass(frozen=True)
@@ -97,7 +104,9 @@ def metric_goal(name: str, goal: str | None) -> Literal["max", "min"]:
     return "min" if any(word in name.lower() for word in LOWER_IS_BETTER) else "max"
 
 
-def make_plan(candidates: list[Candidate], spec: PlanRequestSpec) -> Plan:
+def make_plan(
+    candidates: list[Candidate], spec: PlanRequestSpec, evaluate: Evaluate | None = None
+) -> Plan:
     if not candidates:
         raise InvalidInput("no candidate models: register models for this dataset first")
     check_delta(spec.delta)
@@ -105,10 +114,9 @@ def make_plan(candidates: list[Candidate], spec: PlanRequestSpec) -> Plan:
         raise InvalidInput(f"epsilon must be finite and > 0, got {spec.epsilon}")
     objective = spec.objective or ("metric" if spec.method == "rs" and spec.metric else "noise")
     if objective == "validation":
-        raise Unsupported(
-            "objective 'validation' needs a public validation split registered for the "
-            "dataset, which this service cannot do yet; use 'metric' (rs) or 'noise'"
-        )
+        from service.accounting.validation_planning import plan_validation
+
+        return plan_validation(candidates, spec, evaluate)
     if spec.method == "checkpoint_average":
         return plan_checkpoint_average(candidates, spec)
     if spec.method == "rs":
@@ -448,20 +456,26 @@ def _search(
     return lam, eps(lam), min(evaluated.values())
 
 
+MAX_SUBSET_MODELS = 12
+
+
+def _joint(spec: PlanRequestSpec, profiles: list[PrivacyProfile]) -> tuple[float, str]:
+    """Theorem 6.1 under the requested accountant (best: the smaller of the two)."""
+    if spec.accountant != "best":
+        return lc.joint_epsilon(profiles, spec.delta, spec.accountant), spec.accountant
+    r = lc.joint_epsilon(profiles, spec.delta, "rdp")
+    p = lc.joint_epsilon(profiles, spec.delta, "pld")
+    return (p, "pld") if p <= r else (r, "rdp")
+
+
 def _lc_joint(kept: list[Candidate], v: NDArray, spec: PlanRequestSpec) -> Plan:
     """Theorem 6.1: the bound does not depend on lambda beyond its support S, so the best
     plan is inverse-variance weights on the feasible S of least merged noise."""
     n = len(kept)
-    if n > 12:
-        raise Unsupported("the joint-release fallback enumerates subsets: at most 12 models")
-
-    def joint(profiles: list[PrivacyProfile]) -> tuple[float, str]:
-        if spec.accountant != "best":
-            return lc.joint_epsilon(profiles, spec.delta, spec.accountant), spec.accountant
-        r = lc.joint_epsilon(profiles, spec.delta, "rdp")
-        p = lc.joint_epsilon(profiles, spec.delta, "pld")
-        return (p, "pld") if p <= r else (r, "rdp")
-
+    if n > MAX_SUBSET_MODELS:
+        raise Unsupported(
+            f"the joint-release fallback enumerates subsets: at most {MAX_SUBSET_MODELS} models"
+        )
     subsets = []
     for mask in range(1, 2**n):
         idx = [i for i in range(n) if mask >> i & 1]
@@ -469,8 +483,7 @@ def _lc_joint(kept: list[Candidate], v: NDArray, spec: PlanRequestSpec) -> Plan:
     subsets.sort()
     min_seen = math.inf
     for noise, idx in subsets:
-        profiles = [kept[i].profile for i in idx]
-        eps, used = joint(profiles)
+        eps, used = _joint(spec, [kept[i].profile for i in idx])
         min_seen = min(min_seen, eps)
         if eps <= spec.epsilon:
             lam = _inverse_variance(v[idx])

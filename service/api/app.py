@@ -90,7 +90,10 @@ def create_app(
     upload_limit = settings.max_upload_bytes + settings.max_metadata_bytes + 1024 * 1024
 
     def limit_for(scope: Scope) -> int:
-        if scope.get("method") == "POST" and scope.get("path") == "/v1/models":
+        method, path = scope.get("method"), str(scope.get("path", ""))
+        if (method == "POST" and path == "/v1/models") or (
+            method == "PUT" and path.startswith("/v1/datasets/") and path.endswith("/validation")
+        ):
             return upload_limit
         return max(JSON_BODY_LIMIT, settings.max_metadata_bytes)
 

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from service.accounting.mechanisms import Mechanism
+from service.merging.architecture import Architecture
 
 #: Printable names: no control characters and no path separators.
 Name = Annotated[
@@ -43,6 +44,10 @@ class DatasetPublic(BaseModel):
     metric: str | None
     epsilon_cap: float | None
     delta_cap: float | None
+    validation_examples: int | None = Field(
+        default=None, description="examples in the public validation split, if one is registered"
+    )
+    validation_sha256: str | None = None
     created_at: datetime
 
 
@@ -75,6 +80,10 @@ class ModelCreate(_In):
         default_factory=dict, max_length=100
     )
     claimed: Claimed | None = None
+    architecture: Architecture | None = Field(
+        default=None,
+        description="the network, in the declared vocabulary; needed for objective 'validation'",
+    )
 
 
 class ModelPublic(BaseModel):
@@ -90,6 +99,7 @@ class ModelPublic(BaseModel):
     sha256: str
     size_bytes: int
     metrics: dict[str, float]
+    architecture: dict[str, Any] | None = None
     claimed: Claimed | None
     claim_check: str | None = Field(
         description="understated | consistent | conservative | unverifiable: the claim "
@@ -144,7 +154,9 @@ class PlanRequest(_In):
     )
     objective: Literal["metric", "noise", "validation"] | None = Field(
         default=None,
-        description="rs: 'metric' when a metric is known, else 'noise'; lc and auto: 'noise'",
+        description="rs: 'metric' when a metric is known, else 'noise'; lc and auto: 'noise'. "
+        "'validation' (lc, auto): weights chosen by accuracy on the dataset's public "
+        "validation split, guaranteed by the joint release of the models scored",
     )
     run_id: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = Field(
         default=None, description="checkpoint_average: the run whose checkpoints to average"
@@ -168,10 +180,15 @@ class PlanPublic(BaseModel):
     delta: float
     objective: str
     objective_value: float | None = Field(
-        description="expected metric (objective 'metric') or merged noise variance ('noise')"
+        description="expected metric (objective 'metric'), merged noise variance ('noise') "
+        "or validation accuracy ('validation')"
     )
     expected_utility: float | None
     bound: str = Field(description="the theorem that proves the guarantee")
+    exposed_model_ids: list[str] = Field(
+        default_factory=list,
+        description="the models a release of this plan counts as exposed in the ledger",
+    )
     heuristic: bool
     notes: list[str]
 
@@ -302,3 +319,29 @@ class DeploymentPublic(BaseModel):
 class WebhookAccepted(BaseModel):
     delivery: str
     job: JobPublic
+
+
+class GuaranteeWeight(_In):
+    model_id: str = Field(min_length=1, max_length=36)
+    weight: float = Field(ge=0, le=1, allow_inf_nan=False)
+
+
+class GuaranteeRequest(_In):
+    """Weights the caller already has: what do they prove at ``delta``?"""
+
+    dataset_id: str = Field(min_length=1, max_length=36)
+    delta: Delta
+    method: Literal["rs", "lc"]
+    accountant: Literal["rdp", "pld", "best"] = "best"
+    weights: list[GuaranteeWeight] = Field(min_length=1, max_length=64)
+
+
+class GuaranteePublic(BaseModel):
+    method: str
+    delta: float
+    epsilon: float | None = Field(
+        description="the smallest epsilon proved at delta, rounded up; null when none is finite"
+    )
+    accountant: str = Field(description="the accountant that gave epsilon")
+    by_accountant: dict[str, float | None]
+    bound: str

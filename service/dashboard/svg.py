@@ -57,6 +57,8 @@ def render(chart: Chart) -> str:
         y1 = y0 + 1
     pad = 0.05 * (y1 - y0)
     y0, y1 = y0 - pad, y1 + pad
+    xpad = 0.03 * (x1 - x0)
+    x0, x1 = x0 - xpad, x1 + xpad
 
     def sx(x: float) -> float:
         return left + (x - x0) / (x1 - x0) * w
@@ -104,9 +106,14 @@ def render(chart: Chart) -> str:
         for x, y in good:
             out.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3" fill="{color}"/>')
         ly = top + 14 + 18 * k
-        out.append(
-            f'<rect x="{left + w + 12}" y="{ly - 9}" width="12" height="12" fill="{color}"/>'
-        )
+        if s.markers_only:
+            out.append(f'<circle cx="{left + w + 18}" cy="{ly - 3}" r="4" fill="{color}"/>')
+        else:
+            dash = ' stroke-dasharray="4,3"' if s.dashed else ""
+            out.append(
+                f'<line x1="{left + w + 8}" y1="{ly - 3}" x2="{left + w + 26}" y2="{ly - 3}" '
+                f'stroke="{color}" stroke-width="2"{dash}/>'
+            )
         out.append(f'<text x="{left + w + 30}" y="{ly + 1}">{escape(s.label)}</text>')
     out.append("</svg>")
     return "\n".join(out)

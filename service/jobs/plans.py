@@ -8,15 +8,22 @@ for an LC search under PLD).
 
 from __future__ import annotations
 
+import json
+
+from safetensors.torch import load_file
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from service.accounting.guarantees import Guarantee, guarantee
 from service.accounting.mechanisms import parse_mechanism
-from service.accounting.planning import Candidate, Plan, PlanRequestSpec, make_plan
-from service.errors import InvalidInput, NotFound
+from service.accounting.planning import Candidate, Evaluate, Plan, PlanRequestSpec, make_plan
+from service.errors import InvalidInput, NotFound, StorageError, Unsupported
 from service.jobs.queue import Jobs, profiles_or_pending
+from service.merging.architecture import Architecture
+from service.merging.validation import Scorer, read_split
 from service.registry import repository
-from service.registry.models import Model
+from service.registry.blobs import BlobStore
+from service.registry.models import Dataset, Model
 
 
 def load_candidates(
@@ -63,10 +70,53 @@ def load_candidates(
     ]
 
 
+def validation_evaluator(
+    *, session: Session, blobs: BlobStore, dataset: Dataset, spec: PlanRequestSpec
+) -> Evaluate | None:
+    """Accuracy of merged weights on the dataset's public validation split, for objective
+    'validation'; None when the request does not ask for it or there is no split. The
+    split and each model are loaded on first use."""
+    if spec.objective != "validation" or dataset.validation_sha256 is None:
+        return None
+    split_path = blobs.local_path(dataset.validation_sha256)
+    if not split_path.is_file():
+        raise StorageError("the dataset's validation split is missing from the store")
+    scorers: dict[str, Scorer] = {}
+
+    def evaluate(weights: dict[str, float]) -> float:
+        rows = repository.models_by_id(session=session, model_ids=weights)
+        declared = {json.dumps(rows[m].architecture, sort_keys=True) for m in weights}
+        if any(rows[m].architecture is None for m in weights):
+            missing = sorted(m for m in weights if rows[m].architecture is None)
+            raise Unsupported(
+                f"objective 'validation' needs every model to declare its architecture; "
+                f"{missing[0]!r} does not"
+            )
+        if len(declared) != 1:
+            raise Unsupported("objective 'validation': the models declare different architectures")
+        key = declared.pop()
+        if key not in scorers:
+
+            def load(model_id: str) -> dict:
+                sha = repository.get_model(session=session, model_id=model_id).sha256
+                path = blobs.local_path(sha)
+                if not path.is_file():
+                    raise StorageError(f"the weights of model {model_id!r} are missing")
+                return load_file(str(path))
+
+            scorers[key] = Scorer(
+                Architecture.model_validate_json(key), read_split(split_path), load
+            )
+        return scorers[key].score(weights)
+
+    return evaluate
+
+
 def plan_for(
     *,
     session: Session,
     jobs: Jobs,
+    blobs: BlobStore,
     dataset_id: str,
     model_ids: list[str] | None,
     spec: PlanRequestSpec,
@@ -77,4 +127,21 @@ def plan_for(
     candidates = load_candidates(
         session=session, jobs=jobs, dataset_id=dataset_id, model_ids=model_ids
     )
-    return make_plan(candidates, spec)
+    evaluate = validation_evaluator(session=session, blobs=blobs, dataset=dataset, spec=spec)
+    return make_plan(candidates, spec, evaluate)
+
+
+def guarantee_for(
+    *,
+    session: Session,
+    jobs: Jobs,
+    dataset_id: str,
+    weights: dict[str, float],
+    method: str,
+    delta: float,
+    accountants: tuple[str, ...],
+) -> Guarantee:
+    candidates = load_candidates(
+        session=session, jobs=jobs, dataset_id=dataset_id, model_ids=list(weights)
+    )
+    return guarantee(candidates, [weights[c.id] for c in candidates], method, delta, accountants)

@@ -28,7 +28,7 @@ from service.accounting.conversions import round_up
 from service.accounting.mechanisms import canonical_json, parse_mechanism
 from service.accounting.planning import Plan, PlanRequestSpec, make_plan
 from service.errors import BudgetExceeded, StorageError
-from service.jobs.plans import load_candidates
+from service.jobs.plans import load_candidates, validation_evaluator
 from service.jobs.queue import Jobs, profiles_or_pending
 from service.merging.base import MergeInput
 from service.merging.random_selection import draw
@@ -114,8 +114,10 @@ def request_hash(dataset_id: str, spec: PlanRequestSpec, candidate_ids: list[str
 
 
 def exposed_by(plan: Plan) -> list[str]:
-    """Every model with weight: for RS the whole support (which one was drawn stays secret)."""
-    return sorted(mid for mid, w in plan.weights.items() if w > 0)
+    """Every model with weight: for RS the whole support (which one was drawn stays secret);
+    for weights chosen by validation accuracy, every model that was scored."""
+    support = {mid for mid, w in plan.weights.items() if w > 0}
+    return sorted(support | set(plan.exposed or ()))
 
 
 def retarget(
@@ -140,7 +142,8 @@ def retarget(
         existing = repository.release_by_request(session=session, request_hash=key)
         if existing is not None:
             return existing, False
-        plan = make_plan(candidates, spec)
+        evaluate = validation_evaluator(session=session, blobs=blobs, dataset=dataset, spec=spec)
+        plan = make_plan(candidates, spec, evaluate)
         exposed = exposed_by(plan)
         _check_cap(session, jobs, dataset, plan, exposed)
         models = repository.models_by_id(session=session, model_ids=plan.weights)

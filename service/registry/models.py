@@ -71,6 +71,9 @@ class Dataset(Base):
     metric: Mapped[str | None] = mapped_column(String(100))
     epsilon_cap: Mapped[float | None] = mapped_column(Float)
     delta_cap: Mapped[float | None] = mapped_column(Float)
+    #: the public validation split (a safetensors blob: inputs, labels), if registered
+    validation_sha256: Mapped[str | None] = mapped_column(String(64))
+    validation_examples: Mapped[int | None] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
     models: Mapped[list[Model]] = relationship(back_populates="dataset")
@@ -102,6 +105,8 @@ class Model(Base):
     size_bytes: Mapped[int] = mapped_column(BigInteger)
 
     metrics: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    #: the declared network (service.merging.architecture), checked against the signature
+    architecture: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     claimed_epsilon: Mapped[float | None] = mapped_column(Float)
     claimed_delta: Mapped[float | None] = mapped_column(Float)
     #: understated | consistent | conservative | unverifiable (service.accounting.claims)

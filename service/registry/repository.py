@@ -1,16 +1,18 @@
 """Repository functions: plain, keyword-only, one transaction boundary each.
 
-They flush but do not commit, except ``register_model``, which owns the
-order of blob and row writes so that neither is ever left without the other.
+They flush but do not commit, except ``register_model`` and ``set_validation``,
+which own the order of blob and row writes so that neither is ever left without the other.
 """
 
 from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from sqlalchemy import func, select, text
 from sqlalchemy.exc import IntegrityError
@@ -100,6 +102,9 @@ class ModelSpec:
     claimed_delta: float | None = None
     claim_check: str | None = None
     recomputed_epsilon: float | None = None
+    architecture: dict[str, Any] | None = None
+    #: checks the declaration against the tensor signature; raises to refuse the upload
+    check_signature: Callable[[dict[str, Any]], object] | None = None
 
 
 def _check_model_free(session: Session, spec: ModelSpec) -> None:
@@ -137,6 +142,8 @@ def register_model(
     staged = blobs.stage(chunks, max_bytes=max_bytes)
     try:
         signature = read_signature(staged.path)
+        if spec.check_signature is not None:
+            spec.check_signature(signature)
         model = Model(
             dataset_id=spec.dataset_id,
             name=spec.name,
@@ -155,6 +162,7 @@ def register_model(
             claimed_delta=spec.claimed_delta,
             claim_check=spec.claim_check,
             recomputed_epsilon=spec.recomputed_epsilon,
+            architecture=spec.architecture,
         )
         session.add(model)
         try:
@@ -180,7 +188,42 @@ def register_model(
 
 
 def _blob_referenced(session: Session, sha256: str) -> bool:
-    return session.scalar(select(Model.id).where(Model.sha256 == sha256).limit(1)) is not None
+    for column in (Model.sha256, Dataset.validation_sha256):
+        if session.scalar(select(column).where(column == sha256).limit(1)) is not None:
+            return True
+    return False
+
+
+def set_validation(
+    *,
+    session: Session,
+    blobs: BlobStore,
+    dataset_id: str,
+    chunks: Iterable[bytes],
+    check: Callable[[Path], int],
+    max_bytes: int | None = None,
+) -> Dataset:
+    """Store a dataset's public validation split (replacing any earlier one), both the
+    blob and the row or neither. ``check`` parses the staged file and returns its
+    number of examples, or raises to refuse it."""
+    dataset = get_dataset(session=session, dataset_id=dataset_id)
+    staged = blobs.stage(chunks, max_bytes=max_bytes)
+    try:
+        examples = check(staged.path)
+    except BaseException:
+        blobs.discard(staged)
+        raise
+    created = blobs.promote(staged)
+    dataset.validation_sha256 = staged.sha256
+    dataset.validation_examples = examples
+    try:
+        session.commit()
+    except BaseException:
+        session.rollback()
+        if created and not _blob_referenced(session, staged.sha256):
+            blobs.delete(staged.sha256)
+        raise
+    return dataset
 
 
 # ---- releases ---------------------------------------------------------------------

@@ -1,12 +1,17 @@
 from __future__ import annotations
 
+import tempfile
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
+from fastapi.concurrency import run_in_threadpool
 
-from service.api.deps import SessionDep, require
+from service.api.deps import ContextDep, SessionDep, require
 from service.api.schemas import DatasetCreate, DatasetPublic, DatasetsPublic, Problem
+from service.merging.validation import read_split
 from service.registry import repository
+from service.registry.blobs import iter_file
+from service.registry.db import session_scope
 
 router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
 
@@ -48,3 +53,54 @@ def get_dataset(dataset_id: str, session: SessionDep) -> DatasetPublic:
     return DatasetPublic.model_validate(
         repository.get_dataset(session=session, dataset_id=dataset_id)
     )
+
+
+_SPLIT_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/octet-stream": {
+                "schema": {
+                    "type": "string",
+                    "format": "binary",
+                    "description": "A safetensors file with tensors 'inputs' [n, ...] (float) "
+                    "and 'labels' [n] (integer class indices).",
+                }
+            }
+        },
+    }
+}
+
+
+@router.put(
+    "/{dataset_id}/validation",
+    dependencies=[require("publish")],
+    response_model=DatasetPublic,
+    openapi_extra=_SPLIT_BODY,
+    responses={404: {"model": Problem}, 413: {"model": Problem}, 422: {"model": Problem}},
+)
+async def put_validation(dataset_id: str, request: Request, ctx: ContextDep) -> DatasetPublic:
+    """Register (or replace) the dataset's **public** validation split.
+
+    Plans with ``objective: "validation"`` score candidate weights by their
+    accuracy on it. It must be data that needs no protection: it is read by the
+    service, never counted against any privacy budget.
+    """
+    with tempfile.SpooledTemporaryFile(max_size=8 * 1024 * 1024) as body:
+        async for chunk in request.stream():
+            body.write(chunk)
+        body.seek(0)
+
+        def store() -> DatasetPublic:
+            with session_scope(ctx.session_factory) as session:
+                dataset = repository.set_validation(
+                    session=session,
+                    blobs=ctx.blobs,
+                    dataset_id=dataset_id,
+                    chunks=iter_file(body),
+                    check=lambda path: read_split(path).examples,
+                    max_bytes=ctx.settings.max_upload_bytes,
+                )
+                return DatasetPublic.model_validate(dataset)
+
+        return await run_in_threadpool(store)

@@ -84,6 +84,7 @@ def to_public(model: Model) -> ModelPublic:
         sha256=model.sha256,
         size_bytes=model.size_bytes,
         metrics=model.metrics,
+        architecture=model.architecture,
         claimed=(
             Claimed(epsilon=model.claimed_epsilon, delta=model.claimed_delta)
             if model.claimed_epsilon is not None and model.claimed_delta is not None
@@ -126,6 +127,8 @@ def _register(ctx: AppContext, meta: ModelCreate, weights: IO[bytes]) -> ModelPu
         metrics=meta.metrics,
         claimed_epsilon=meta.claimed.epsilon if meta.claimed else None,
         claimed_delta=meta.claimed.delta if meta.claimed else None,
+        architecture=meta.architecture.model_dump() if meta.architecture else None,
+        check_signature=meta.architecture.check if meta.architecture else None,
     )
     with session_scope(ctx.session_factory) as session:
         model_id = repository.register_model(

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import math
+
 from fastapi import APIRouter
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
@@ -8,9 +10,18 @@ from service.accounting.conversions import round_up
 from service.accounting.planning import Plan, PlanRequestSpec
 from service.api.deps import ContextDep, require
 from service.api.routes.jobs import job_or_queued, pending_response
-from service.api.schemas import PendingPublic, PlanPublic, PlanRequest, PlanWeight, Problem
-from service.errors import ProfilesPending
-from service.jobs.plans import plan_for
+from service.api.schemas import (
+    GuaranteePublic,
+    GuaranteeRequest,
+    PendingPublic,
+    PlanPublic,
+    PlanRequest,
+    PlanWeight,
+    Problem,
+)
+from service.errors import InvalidInput, ProfilesPending
+from service.jobs.plans import guarantee_for, plan_for
+from service.jobs.releases import exposed_by
 from service.registry.db import session_scope
 
 router = APIRouter(prefix="/v1/plans", tags=["plans"])
@@ -31,6 +42,7 @@ def to_public(plan: Plan, target_epsilon: float) -> PlanPublic:
         bound=plan.bound,
         heuristic=plan.heuristic,
         notes=plan.notes,
+        exposed_model_ids=exposed_by(plan),
     )
 
 
@@ -76,6 +88,7 @@ async def create_plan(body: PlanRequest, ctx: ContextDep) -> PlanPublic | JSONRe
                 plan = plan_for(
                     session=session,
                     jobs=ctx.jobs,
+                    blobs=ctx.blobs,
                     dataset_id=body.dataset_id,
                     model_ids=body.model_ids,
                     spec=spec,
@@ -83,5 +96,56 @@ async def create_plan(body: PlanRequest, ctx: ContextDep) -> PlanPublic | JSONRe
         except ProfilesPending as exc:
             return pending_response([job_or_queued(ctx.jobs, j) for j in exc.job_ids])
         return to_public(plan, body.epsilon)
+
+    return await run_in_threadpool(run)
+
+
+@router.post(
+    "/guarantee",
+    dependencies=[require("read")],
+    response_model=GuaranteePublic,
+    responses={
+        202: {"model": PendingPublic, "description": "profiles are being computed"},
+        404: {"model": Problem},
+        422: {"model": Problem},
+        503: {"model": Problem},
+    },
+)
+async def plan_guarantee(body: GuaranteeRequest, ctx: ContextDep) -> GuaranteePublic | JSONResponse:
+    """The guarantee of weights you already have (an RS or LC mix of the dataset's
+    models) at ``delta``, under each accountant, rounded up. Costs no privacy."""
+    weights: dict[str, float] = {}
+    for w in body.weights:
+        if w.model_id in weights:
+            raise InvalidInput(f"model {w.model_id!r} is named twice in weights")
+        weights[w.model_id] = w.weight
+    accountants = ("rdp", "pld") if body.accountant == "best" else (body.accountant,)
+
+    def run() -> GuaranteePublic | JSONResponse:
+        try:
+            with session_scope(ctx.session_factory) as session:
+                result = guarantee_for(
+                    session=session,
+                    jobs=ctx.jobs,
+                    dataset_id=body.dataset_id,
+                    weights=weights,
+                    method=body.method,
+                    delta=body.delta,
+                    accountants=accountants,
+                )
+        except ProfilesPending as exc:
+            return pending_response([job_or_queued(ctx.jobs, j) for j in exc.job_ids])
+        eps, used = result.best
+        return GuaranteePublic(
+            method=result.method,
+            delta=result.delta,
+            epsilon=round_up(eps) if math.isfinite(eps) else None,
+            accountant=used,
+            by_accountant={
+                k: round_up(v) if math.isfinite(v) else None
+                for k, v in result.by_accountant.items()
+            },
+            bound=result.bound,
+        )
 
     return await run_in_threadpool(run)

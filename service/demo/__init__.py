@@ -1,0 +1,1 @@
+"""`retarget demo`: real DP-SGD models (Opacus, scikit-learn's digits) through the service."""

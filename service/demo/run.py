@@ -1,0 +1,440 @@
+"""`retarget demo`: train DP models, retarget them through the HTTP API, report the frontier.
+
+1. Train logistic regressions and small MLPs with Opacus on the digits' train
+   split (three or more privacy settings each, as in appendix H.1 of the paper),
+   and one run saved at several epochs (H.3).
+2. Start the service on its embedded defaults (SQLite, a local blob folder,
+   in-process accounting) in a fresh folder, and register the dataset, its public
+   validation split and every model through the HTTP API.
+3. For targets between the input models' epsilons: plan and release RS and LC
+   under RDP and PLD, download each release and score it on the test split; ask
+   the service what each LC release's weights prove under the other accountant.
+4. Checkpoints of one run: RS works, LC is refused with its reason.
+5. Write ``report.md``, ``report.json`` and one ``frontier-<family>.svg`` per family.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from safetensors.torch import load as load_safetensors
+from safetensors.torch import save
+
+from service.demo.client import ApiError, Client
+from service.demo.data import Digits, Split, load_digits_splits
+from service.demo.report import write_report
+from service.demo.train import TrainConfig, TrainedModel, accuracy, build, train
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class DemoOptions:
+    out: Path = Path("retarget-demo")
+    families: tuple[str, ...] = ("logreg", "mlp")
+    #: (noise multiplier, clipping norm) per model of each family
+    settings: tuple[tuple[float, float], ...] = ((0.7, 1.0), (0.7, 2.0), (1.2, 1.0), (2.5, 1.0))
+    epochs: int = 20
+    checkpoint_epochs: tuple[int, ...] = (10, 15, 20)
+    targets: int = 6
+    delta: float = 1e-5
+    validation_targets: int = 2
+
+
+@dataclass
+class Row:
+    """One released model on the frontier."""
+
+    family: str
+    method: str
+    accountant: str
+    objective: str
+    target: float
+    epsilon: float
+    test_accuracy: float
+    expected_test_accuracy: float | None
+    weights: dict[str, float]
+    release_id: str
+    other_accountant_epsilon: float | None = None
+
+
+@dataclass
+class DemoResult:
+    options: DemoOptions
+    inputs: list[dict[str, Any]] = field(default_factory=list)
+    rows: list[Row] = field(default_factory=list)
+    infeasible: list[dict[str, Any]] = field(default_factory=list)
+    checkpoints: dict[str, Any] = field(default_factory=dict)
+    checks: dict[str, bool] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+class LocalService:
+    """The service on its embedded defaults, served by uvicorn in a thread."""
+
+    def __init__(self, data_dir: Path) -> None:
+        import uvicorn
+
+        from service.api.app import create_app
+        from service.config import Settings
+        from service.registry import keys
+        from service.registry.db import make_engine, make_sessionmaker, session_scope
+        from service.registry.migrate import upgrade
+
+        settings = Settings(data_dir=data_dir, database_url=None, redis_url=None)
+        data_dir.mkdir(parents=True, exist_ok=True)
+        upgrade(url=settings.resolved_database_url)
+        engine = make_engine(settings.resolved_database_url)
+        with session_scope(make_sessionmaker(engine)) as session:
+            _, self.key = keys.create_key(session=session, name="demo", scopes=["admin"])
+        engine.dispose()
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        config = uvicorn.Config(
+            create_app(settings), host="127.0.0.1", port=self.port, log_level="warning"
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> LocalService:
+        self.thread.start()
+        for _ in range(200):
+            if self.server.started:
+                return self
+            time.sleep(0.05)
+        raise RuntimeError("the service did not start")
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+def split_bytes(split: Split) -> bytes:
+    return save({"inputs": split.inputs, "labels": split.labels})
+
+
+def test_accuracy_of(family: str, weights: bytes, test: Split) -> float:
+    model = build(family)
+    model.load_state_dict(load_safetensors(weights))
+    return accuracy(model, test)
+
+
+def run_demo(options: DemoOptions, progress: Progress = print) -> DemoResult:
+    started = time.perf_counter()
+    result = DemoResult(options)
+    out = options.out
+    data = load_digits_splits()
+    progress(
+        f"digits: {len(data.train.labels)} train (private), {len(data.validation.labels)} "
+        f"validation (public), {len(data.test.labels)} test"
+    )
+    trained = _train_all(options, data, out / "models", progress)
+    service_dir = out / "service-data"
+    shutil.rmtree(service_dir, ignore_errors=True)
+    with LocalService(service_dir) as service:
+        progress(f"service on {service.url} (SQLite and blobs in {service_dir})")
+        api = Client(service.url, service.key)
+        dataset = api.json(
+            "POST",
+            "/v1/datasets",
+            {"name": "digits", "metric": "val_accuracy", "description": "sklearn digits"},
+        )
+        api.put_bytes(f"/v1/datasets/{dataset['id']}/validation", split_bytes(data.validation))
+        ids = _register(api, dataset["id"], trained, options, progress, result)
+        for family in options.families:
+            _frontier(api, dataset["id"], family, ids, data, options, progress, result)
+        _checkpoints(api, dataset["id"], ids, options, progress, result)
+    result.checks = _checks(result)
+    result.seconds = time.perf_counter() - started
+    write_report(result, out)
+    progress(f"wrote {out / 'report.md'} ({result.seconds:.0f} s)")
+    return result
+
+
+def _train_all(
+    options: DemoOptions, data: Digits, folder: Path, progress: Progress
+) -> dict[str, list[TrainedModel]]:
+    trained: dict[str, list[TrainedModel]] = {}
+    configs = [
+        (family, TrainConfig(f"{family}-s{s:g}-c{c:g}", family, s, c, epochs=options.epochs))
+        for family in options.families
+        for s, c in options.settings
+    ]
+    run = TrainConfig(
+        "mlp-run",
+        "mlp",
+        options.settings[0][0],
+        options.settings[0][1],
+        epochs=max(options.checkpoint_epochs),
+        checkpoint_epochs=options.checkpoint_epochs,
+        seed=7,
+    )
+    configs.append(("checkpoints", run))
+    progress(f"training {len(configs)} DP-SGD runs with Opacus (Poisson sampling, plain SGD)")
+    for i, (group, cfg) in enumerate(configs, 1):
+        progress(f"[{i}/{len(configs)}] {cfg.name}")
+        trained.setdefault(group, []).extend(
+            train(cfg, data.train, data.validation, data.test, folder, progress)
+        )
+    return trained
+
+
+def _register(
+    api: Client,
+    dataset_id: str,
+    trained: dict[str, list[TrainedModel]],
+    options: DemoOptions,
+    progress: Progress,
+    result: DemoResult,
+) -> dict[str, list[dict[str, Any]]]:
+    ids: dict[str, list[dict[str, Any]]] = {}
+    count = sum(len(v) for v in trained.values())
+    done = 0
+    for group, models in trained.items():
+        for m in models:
+            meta = {**m.metadata, "dataset_id": dataset_id}
+            created = api.upload(
+                "/v1/models",
+                {"weights": (m.path.name, m.path.read_bytes())},
+                {"metadata": json.dumps(meta)},
+            )
+            eps = api.json(
+                "GET", f"/v1/models/{created['id']}/epsilon?delta={options.delta}&accountant=rdp"
+            )["epsilon"]
+            eps_pld = api.json(
+                "GET", f"/v1/models/{created['id']}/epsilon?delta={options.delta}&accountant=pld"
+            )["epsilon"]
+            done += 1
+            progress(
+                f"  registered [{done}/{count}] {m.name}: epsilon {eps_pld:.3f} (PLD), "
+                f"{eps:.3f} (RDP) at delta {options.delta:g}"
+            )
+            entry = {
+                "id": created["id"],
+                "name": m.name,
+                "family": group,
+                "epsilon_rdp": eps,
+                "epsilon_pld": eps_pld,
+                "val_accuracy": m.metadata["metrics"]["val_accuracy"],
+                "test_accuracy": m.test_accuracy,
+                "noise_multiplier": m.metadata["mechanism"]["noise_multiplier"],
+                "clipping_norm": m.metadata["mechanism"]["clipping_norm"],
+                "steps": m.metadata["mechanism"]["steps"],
+            }
+            ids.setdefault(group, []).append(entry)
+            result.inputs.append(entry)
+    return ids
+
+
+def _targets(models: list[dict[str, Any]], count: int) -> list[float]:
+    """``count`` targets spread between the most and the least private model's epsilon
+    (PLD), on a log scale, rounded to 3 significant digits."""
+    lo = min(m["epsilon_pld"] for m in models)
+    hi = max(m["epsilon_pld"] for m in models)
+    grid = np.geomspace(lo, hi, count + 2)[1:-1]
+    return [float(f"{t:.3g}") for t in grid]
+
+
+def _frontier(
+    api: Client,
+    dataset_id: str,
+    family: str,
+    ids: dict[str, list[dict[str, Any]]],
+    data: Digits,
+    options: DemoOptions,
+    progress: Progress,
+    result: DemoResult,
+) -> None:
+    models = ids[family]
+    by_id = {m["id"]: m for m in models}
+    targets = _targets(models, options.targets)
+    progress(f"{family}: retargeting to epsilon {', '.join(f'{t:g}' for t in targets)}")
+    combos = [
+        ("rs", "rdp", "metric"),
+        ("rs", "pld", "metric"),
+        ("lc", "rdp", "noise"),
+        ("lc", "pld", "noise"),
+    ]
+    validation_at = (
+        set(targets[-options.validation_targets :]) if options.validation_targets else set()
+    )
+    for target in targets:
+        plans = list(combos)
+        if target in validation_at:
+            plans.append(("lc", "best", "validation"))
+        for method, acc, objective in plans:
+            request = {
+                "dataset_id": dataset_id,
+                "epsilon": target,
+                "delta": options.delta,
+                "method": method,
+                "accountant": acc,
+                "objective": objective,
+                "model_ids": list(by_id),
+            }
+            t0 = time.perf_counter()
+            try:
+                release = api.json("POST", "/v1/retarget", request)
+            except ApiError as exc:
+                result.infeasible.append(
+                    {
+                        "family": family,
+                        "target": target,
+                        "method": method,
+                        "accountant": acc,
+                        "status": exc.status,
+                        "detail": exc.problem.get("detail"),
+                        "min_epsilon": exc.problem.get("min_epsilon"),
+                    }
+                )
+                progress(
+                    f"  {method}/{acc} at {target:g}: {exc.status} {exc.problem.get('detail')}"
+                )
+                continue
+            weights = {w["model_id"]: w["weight"] for w in release["weights"]}
+            blob = api.download(release["download_url"])
+            test_acc = test_accuracy_of(family, blob, data.test)
+            expected = (
+                sum(w * by_id[m]["test_accuracy"] for m, w in weights.items())
+                if method == "rs"
+                else None
+            )
+            row = Row(
+                family=family,
+                method=method,
+                accountant=release["accountant"],
+                objective=objective,
+                target=target,
+                epsilon=release["epsilon"],
+                test_accuracy=test_acc,
+                expected_test_accuracy=expected,
+                weights=weights,
+                release_id=release["release_id"],
+            )
+            if method == "lc" and objective == "noise":
+                other = "pld" if row.accountant == "rdp" else "rdp"
+                g = api.json(
+                    "POST",
+                    "/v1/plans/guarantee",
+                    {
+                        "dataset_id": dataset_id,
+                        "delta": options.delta,
+                        "method": "lc",
+                        "accountant": other,
+                        "weights": [{"model_id": m, "weight": w} for m, w in weights.items()],
+                    },
+                )
+                row.other_accountant_epsilon = g["epsilon"]
+            result.rows.append(row)
+            shown = expected if expected is not None else test_acc
+            progress(
+                f"  {method}/{row.accountant} ({objective}) at {target:g}: epsilon "
+                f"{row.epsilon:.3f}, test accuracy {shown:.3f} "
+                f"({len(weights)} model(s), {time.perf_counter() - t0:.1f} s)"
+            )
+
+
+def _checkpoints(
+    api: Client,
+    dataset_id: str,
+    ids: dict[str, list[dict[str, Any]]],
+    options: DemoOptions,
+    progress: Progress,
+    result: DemoResult,
+) -> None:
+    run = ids["checkpoints"]
+    eps = [m["epsilon_pld"] for m in run]
+    target = float(f"{(min(eps) + max(eps)) / 2:.3g}")
+    request = {
+        "dataset_id": dataset_id,
+        "epsilon": target,
+        "delta": options.delta,
+        "accountant": "best",
+        "model_ids": [m["id"] for m in run],
+    }
+    rs_plan = api.json("POST", "/v1/plans", {**request, "method": "rs"})
+    try:
+        api.json("POST", "/v1/plans", {**request, "method": "lc"})
+        lc_refusal = None
+    except ApiError as exc:
+        lc_refusal = {"status": exc.status, "detail": exc.problem.get("detail")}
+    result.checkpoints = {
+        "target": target,
+        "models": run,
+        "rs": {
+            "epsilon": rs_plan["epsilon"],
+            "accountant": rs_plan["accountant"],
+            "weights": {w["model_id"]: w["weight"] for w in rs_plan["weights"]},
+        },
+        "lc_refusal": lc_refusal,
+    }
+    lc_said = f"refused: {lc_refusal['detail']}" if lc_refusal else "was NOT refused"
+    progress(
+        f"checkpoints of one run at epsilon {target:g}: RS epsilon {rs_plan['epsilon']:.3f}; "
+        f"LC {lc_said}"
+    )
+
+
+def _checks(result: DemoResult) -> dict[str, bool]:
+    """The paper's qualitative claims, checked on this run's numbers."""
+    frontier_rows = [r for r in result.rows if r.objective != "validation"]
+    lc_rows = [r for r in frontier_rows if r.method == "lc"]
+    by_family: dict[str, list[float]] = {}
+    for m in result.inputs:
+        by_family.setdefault(m["family"], []).append(m["epsilon_pld"])
+    rs_infeasible_where_single_fits = [
+        f
+        for f in result.infeasible
+        if f["method"] == "rs" and f["target"] >= min(by_family.get(f["family"], [math.inf]))
+    ]
+    return {
+        "every target between the input epsilons was released": not [
+            f for f in result.infeasible if f["method"] in ("rs", "lc")
+        ],
+        "every release meets its target": all(r.epsilon <= r.target for r in result.rows),
+        "PLD proves a lower epsilon than RDP for each LC-RDP release": all(
+            r.other_accountant_epsilon is not None and r.other_accountant_epsilon < r.epsilon
+            for r in lc_rows
+            if r.accountant == "rdp"
+        ),
+        "RS is never infeasible where one input model alone meets the target": not (
+            rs_infeasible_where_single_fits
+        ),
+        "LC is refused for checkpoints of one run": bool(result.checkpoints.get("lc_refusal")),
+    }
+
+
+def main(out: Path, quick: bool = False, progress: Progress = print) -> int:
+    options = DemoOptions(out=out)
+    if quick:
+        options = DemoOptions(
+            out=out,
+            families=("logreg",),
+            settings=((0.8, 1.0), (1.5, 1.0), (3.0, 1.0)),
+            epochs=2,
+            checkpoint_epochs=(1, 2),
+            targets=2,
+            validation_targets=1,
+        )
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    result = run_demo(options, progress)
+    failed = [name for name, ok in result.checks.items() if not ok]
+    for name, ok in result.checks.items():
+        progress(f"{'ok  ' if ok else 'FAIL'} {name}")
+    return 1 if failed else 0
