@@ -73,6 +73,12 @@ class Settings(BaseSettings):
         default=[1, 5, 30, 120, 600],
         description="Delays between attempts to notify a callback URL.",
     )
+    session_secret: str | None = Field(
+        default=None,
+        description="Signs admin dashboard sessions; unset: a random secret per process "
+        "(sessions end when it restarts).",
+    )
+    session_ttl_s: int = Field(default=12 * 3600, gt=0, description="Dashboard session length.")
     host: str = "127.0.0.1"
     port: int = 8000
 

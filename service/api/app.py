@@ -27,6 +27,7 @@ from service.api.routes import (
 )
 from service.api.routes import jobs as jobs_routes
 from service.config import Settings, get_settings
+from service.dashboard import routes as dashboard
 from service.jobs.metrics import JobsCollector
 from service.jobs.queue import InProcessJobs, Jobs, RQJobs
 from service.jobs.store import redis_client
@@ -98,6 +99,7 @@ def create_app(
         return max(JSON_BODY_LIMIT, settings.max_metadata_bytes)
 
     app.add_middleware(BodySizeLimit, limit_for=limit_for)
+    dashboard.install(app, settings)
     _document_security(app)
     return app
 

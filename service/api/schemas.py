@@ -318,6 +318,7 @@ class DeploymentPublic(BaseModel):
 
 class WebhookAccepted(BaseModel):
     delivery: str
+    deployment: str
     job: JobPublic
 
 

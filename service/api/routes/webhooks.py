@@ -108,7 +108,9 @@ async def policy_change(request: Request, ctx: ContextDep) -> JSONResponse:
                 "source": f"webhook:{source}",
             },
         )
-        answer = WebhookAccepted(delivery=delivery, job=job_public(job)).model_dump(mode="json")
+        answer = WebhookAccepted(
+            delivery=delivery, deployment=body.deployment, job=job_public(job)
+        ).model_dump(mode="json")
         with session_scope(ctx.session_factory) as session:
             row = session.get(WebhookDelivery, key)
             assert row is not None

@@ -1,0 +1,178 @@
+"""The admin dashboard in headless Chromium (Debian's package) driven by Playwright,
+against a real `retarget serve` process: log in, walk every page, move the plan
+explorer's slider. Screenshots go to tests/e2e/artifacts/ (not committed)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx2
+import pytest
+from playwright.sync_api import Browser, ConsoleMessage, Page, sync_playwright
+
+from tests.helpers import checkpoint_bytes, sgd
+
+CHROMIUM = "/usr/bin/chromium"
+ARTIFACTS = Path(__file__).parent / "artifacts"
+LAUNCH_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    assert Path(CHROMIUM).exists(), "Debian's chromium is needed: apt-get install chromium"
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
+        yield b
+        b.close()
+
+
+def populate(base: str, admin_key: str) -> dict[str, str]:
+    """A dataset with three DP-SGD models, a read key, a release and a deployment."""
+    with httpx2.Client(base_url=base, timeout=120) as http:
+        http.headers["Authorization"] = f"Bearer {admin_key}"
+        ds = http.post(
+            "/v1/datasets", json={"name": "digits", "metric": "accuracy", "epsilon_cap": 50}
+        ).json()["id"]
+        ids = []
+        for i, (sigma, acc) in enumerate(((0.8, 0.92), (1.5, 0.88), (3.0, 0.75))):
+            meta = {
+                "dataset_id": ds,
+                "name": f"logreg-sigma{sigma}",
+                "mechanism": sgd(sigma),
+                "metrics": {"accuracy": acc},
+                "lineage": {"run_id": f"run-{i}", "step": 400},
+            }
+            resp = http.post(
+                "/v1/models",
+                files={"weights": ("m.safetensors", checkpoint_bytes(seed=i))},
+                data={"metadata": json.dumps(meta)},
+            )
+            assert resp.status_code == 201, resp.text
+            ids.append(resp.json()["id"])
+        dep = http.post(
+            "/v1/deployments",
+            json={"name": "search-ranker", "dataset_id": ds, "epsilon": 3.0, "delta": 1e-5},
+        )
+        assert dep.status_code == 201, dep.text
+        read = http.post("/v1/keys", json={"name": "dashboard viewer", "scopes": ["read"]})
+        assert read.status_code == 201, read.text
+        return {"dataset": ds, "model": ids[0], "read_key": read.json()["key"]}
+
+
+def shoot(page: Page, name: str) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+def images_loaded(page: Page) -> bool:
+    return bool(
+        page.evaluate("Array.from(document.images).every(i => i.complete && i.naturalWidth > 0)")
+    )
+
+
+def test_dashboard_pages_and_plan_explorer(server: tuple[str, Path], browser: Browser) -> None:
+    base, data_dir = server
+    admin_key = (data_dir / "admin-key").read_text().strip()
+    made = populate(base, admin_key)
+    context = browser.new_context(viewport={"width": 1300, "height": 900})
+    page = context.new_page()
+    errors: list[str] = []
+
+    def on_console(msg: ConsoleMessage) -> None:
+        if msg.type == "error":
+            errors.append(msg.text)
+
+    page.on("console", on_console)
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+
+    # not logged in: every page sends you to the login form; a bad key is refused
+    page.goto(f"{base}/admin/datasets/{made['dataset']}")
+    assert page.url.endswith("/admin/login")
+    page.fill("#key", "rt_not-a-key")
+    page.click("button[type=submit]")
+    assert "unknown, revoked" in page.inner_text("main")
+    shoot(page, "01-login")
+
+    page.fill("#key", made["read_key"])
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{base}/admin")
+    assert "digits" in page.inner_text("table")
+    shoot(page, "02-datasets")
+
+    page.click("text=digits")
+    page.wait_for_selector("#models")
+    text = page.inner_text("#models")
+    assert "logreg-sigma0.8" in text and "DP-SGD q=0.01 sigma=0.8" in text
+    assert "run-0" in text
+    shoot(page, "03-dataset")
+
+    page.click("text=logreg-sigma0.8")
+    page.wait_for_load_state("networkidle")
+    assert images_loaded(page)
+    assert "download weights" in page.inner_text("main")
+    shoot(page, "04-model")
+
+    page.goto(f"{base}/admin/datasets/{made['dataset']}/explorer")
+    page.wait_for_function("document.querySelector('#explorer').dataset.shownEpsilon")
+    first_eps = page.get_attribute("#explorer", "data-shown-epsilon")
+    first = page.inner_text("#plans tbody")
+    assert "RS, RDP" in first and "LC, PLD" in first
+    page.wait_for_load_state("networkidle")
+    assert images_loaded(page)  # the frontier SVG
+    shoot(page, "05-explorer")
+
+    # move the slider to its far end with the keyboard, as a person would
+    page.focus("#target")
+    page.keyboard.press("End")
+    page.wait_for_function(
+        f"document.querySelector('#explorer').dataset.shownEpsilon !== '{first_eps}'"
+    )
+    moved = page.inner_text("#plans tbody")
+    assert moved != first
+    assert page.inner_text("#target-value") != first_eps
+    shoot(page, "06-explorer-moved")
+    # the plan shown is the server's plan at that target
+    eps = float(page.get_attribute("#explorer", "data-shown-epsilon") or "0")
+    lc_eps = float(page.inner_text("tr[data-plan=lc_rdp] td.num"))
+    assert 0 < lc_eps <= eps
+
+    page.goto(f"{base}/admin/datasets/{made['dataset']}/releases")
+    assert "cumulative guarantee" in page.inner_text("main").lower()
+    assert "search-ranker" in page.inner_text("table")
+    shoot(page, "07-releases")
+
+    page.goto(f"{base}/admin/deployments")
+    page.click("text=search-ranker")
+    body = page.inner_text("main")
+    assert "(3.0, 1e-05)" in body and "released" in body
+    shoot(page, "08-deployment")
+
+    for secret in (admin_key, made["read_key"]):
+        assert secret not in page.content()
+    assert errors == [], errors
+    context.close()
+
+
+def test_dashboard_refuses_keys_without_read_scope(server: tuple[str, Path]) -> None:
+    base, data_dir = server
+    admin_key = (data_dir / "admin-key").read_text().strip()
+    with httpx2.Client(base_url=base, timeout=30, follow_redirects=False) as http:
+        http.headers["Authorization"] = f"Bearer {admin_key}"
+        publish = http.post("/v1/keys", json={"name": "ci", "scopes": ["publish"]}).json()["key"]
+        del http.headers["Authorization"]
+        assert http.get("/admin").headers["location"] == "/admin/login"
+        resp = http.post("/admin/login", data={"key": publish})
+        assert resp.status_code == 200 and "not a read/admin key" in resp.text
+        assert "retarget_session" not in resp.headers.get("set-cookie", "")
+        forged = http.get("/admin", cookies={"retarget_session": "someid.9999999999.00"})
+        assert forged.status_code == 303
