@@ -14,6 +14,7 @@ from starlette.types import Scope
 from service import __version__
 from service.api import problems
 from service.api.deps import AppContext, required_scope
+from service.api.gate import ApiKeyGate
 from service.api.limits import BodySizeLimit
 from service.api.routes import (
     datasets,
@@ -99,6 +100,7 @@ def create_app(
         return max(JSON_BODY_LIMIT, settings.max_metadata_bytes)
 
     app.add_middleware(BodySizeLimit, limit_for=limit_for)
+    app.add_middleware(ApiKeyGate, context=lambda: ctx)  # outermost: 401 before any body
     dashboard.install(app, settings)
     _document_security(app)
     return app

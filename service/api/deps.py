@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from service.api.gate import KeyCache, bearer, lookup
 from service.config import Settings
 from service.errors import Forbidden, Unauthenticated
 from service.jobs.queue import Jobs
 from service.registry.blobs import BlobStore
-from service.registry.keys import find_key
 
 
 @dataclass
@@ -26,6 +26,7 @@ class AppContext:
     session_factory: sessionmaker[Session]
     blobs: BlobStore
     jobs: Jobs
+    key_cache: KeyCache = field(default_factory=KeyCache)
 
 
 def get_context(request: Request) -> AppContext:
@@ -76,18 +77,16 @@ class Principal:
 def _principal(request: Request, ctx: AppContext) -> Principal:
     if not ctx.settings.auth:
         return Principal(None, "auth disabled", ("admin",))
-    header = request.headers.get("authorization", "")
-    scheme, _, key = header.partition(" ")
-    if scheme.lower() != "bearer" or not key.strip():
+    known: Principal | None = getattr(request.state, "principal", None)
+    if known is not None:  # checked by the gate (service.api.gate)
+        return known
+    key = bearer(request.headers.get("authorization"))
+    if key is None:
         raise Unauthenticated("send an API key: Authorization: Bearer <key>")
-    session = ctx.session_factory()
-    try:
-        row = find_key(session=session, key=key.strip())
-        if row is None:
-            raise Unauthenticated("unknown or revoked API key")
-        return Principal(row.id, row.name, tuple(row.scopes))
-    finally:
-        session.close()
+    principal = lookup(ctx, key)
+    if principal is None:
+        raise Unauthenticated("unknown or revoked API key")
+    return principal
 
 
 def require(scope: str) -> Any:

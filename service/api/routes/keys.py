@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from service.api.deps import SessionDep, require
+from service.api.deps import ContextDep, SessionDep, require
 from service.api.schemas import KeyCreate, KeyCreated, KeyPublic, Problem
 from service.registry import keys
 
@@ -35,7 +35,9 @@ def list_keys(session: SessionDep) -> list[KeyPublic]:
 
 
 @router.delete("/{key_id}", response_model=KeyPublic, responses={404: {"model": Problem}})
-def revoke_key(key_id: str, session: SessionDep) -> KeyPublic:
+def revoke_key(key_id: str, session: SessionDep, ctx: ContextDep) -> KeyPublic:
+    """Revoke a key: refused at once here, within a few seconds on other API replicas."""
     row = keys.revoke_key(session=session, key_id=key_id)
     session.commit()
+    ctx.key_cache.clear()
     return key_public(row)

@@ -10,6 +10,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.datastructures import UploadFile
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.formparsers import MultiPartException
 
 from service.accounting.conversions import round_up
@@ -178,10 +179,12 @@ async def create_model(request: Request, ctx: ContextDep) -> ModelPublic:
         form = await request.form(
             max_files=2, max_fields=2, max_part_size=ctx.settings.max_metadata_bytes
         )
-    except MultiPartException as exc:
-        if "maximum size" in exc.message:
-            raise PayloadTooLarge(f"metadata part too large: {exc.message}") from exc
-        raise InvalidInput(f"malformed multipart body: {exc.message}") from exc
+    except (MultiPartException, StarletteHTTPException) as exc:
+        # Starlette re-raises multipart errors as HTTPException(400)
+        message = getattr(exc, "message", None) or str(getattr(exc, "detail", exc))
+        if "maximum size" in message:
+            raise PayloadTooLarge(f"metadata part too large: {message}") from exc
+        raise InvalidInput(f"malformed multipart body: {message}") from exc
     try:
         raw = form.get("metadata")
         weights = form.get("weights")

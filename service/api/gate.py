@@ -1,0 +1,111 @@
+"""Authentication before anything else: a /v1 request without a valid API key is
+answered 401 before its body is read or parsed, so a caller without a key learns
+nothing about what the body would have done (not even that it was malformed).
+
+The key's principal is left in the request state for ``deps.require`` to check
+the scope. Lookups are cached for a few seconds per process (a revoked key stops
+working on this replica at once, on others within ``KEY_CACHE_TTL_S``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from service.api.problems import problem
+from service.registry.keys import find_key
+
+if TYPE_CHECKING:
+    from service.api.deps import AppContext, Principal
+
+KEY_CACHE_TTL_S = 5.0
+KEY_CACHE_SIZE = 4096
+#: Paths under /v1 that are authenticated otherwise (signed webhooks).
+OPEN_PREFIXES = ("/v1/webhooks/",)
+
+
+class KeyCache:
+    def __init__(self) -> None:
+        self.items: dict[str, tuple[float, Principal | None]] = {}
+        self.lock = threading.Lock()
+
+    def get(self, digest: str) -> tuple[bool, Principal | None]:
+        with self.lock:
+            hit = self.items.get(digest)
+        if hit is None or hit[0] < time.monotonic():
+            return False, None
+        return True, hit[1]
+
+    def put(self, digest: str, principal: Principal | None) -> None:
+        with self.lock:
+            if len(self.items) >= KEY_CACHE_SIZE:
+                self.items.clear()
+            self.items[digest] = (time.monotonic() + KEY_CACHE_TTL_S, principal)
+
+    def clear(self) -> None:
+        with self.lock:
+            self.items.clear()
+
+
+def lookup(ctx: AppContext, key: str) -> Principal | None:
+    """The principal of ``key`` (None: unknown or revoked), cached briefly."""
+    from service.api.deps import Principal
+
+    cache: KeyCache = ctx.key_cache
+    digest = hashlib.sha256(key.encode()).hexdigest()
+    found, principal = cache.get(digest)
+    if found:
+        return principal
+    session = ctx.session_factory()
+    try:
+        row = find_key(session=session, key=key)
+        principal = Principal(row.id, row.name, tuple(row.scopes)) if row is not None else None
+    finally:
+        session.close()
+    cache.put(digest, principal)
+    return principal
+
+
+def bearer(header: str | None) -> str | None:
+    scheme, _, key = (header or "").partition(" ")
+    return key.strip() if scheme.lower() == "bearer" and key.strip() else None
+
+
+class ApiKeyGate:
+    def __init__(self, app: ASGIApp, context: Callable[[], AppContext]) -> None:
+        self.app = app
+        self.context = context
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        ctx = self.context()
+        if (
+            scope["type"] != "http"
+            or not path.startswith("/v1/")
+            or path.startswith(OPEN_PREFIXES)
+            or not ctx.settings.auth
+        ):
+            await self.app(scope, receive, send)
+            return
+        key = bearer(Headers(scope=scope).get("authorization"))
+        principal = await run_in_threadpool(lookup, ctx, key) if key else None
+        if principal is None:
+            detail = (
+                "unknown or revoked API key"
+                if key
+                else "send an API key: Authorization: Bearer <key>"
+            )
+            response = problem(
+                401, "unauthorized", "Unauthorized", detail, headers={"WWW-Authenticate": "Bearer"}
+            )
+            await response(scope, receive, send)
+            return
+        scope.setdefault("state", {})["principal"] = principal
+        await self.app(scope, receive, send)
