@@ -42,7 +42,17 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         f"blobs={settings.resolved_blob_dir}",
         flush=True,
     )
-    uvicorn.run(create_app(settings), host=host, port=port, log_level=args.log_level)
+    if args.workers > 1:  # processes import the app and read the same environment
+        uvicorn.run(
+            "service.api.app:create_app",
+            factory=True,
+            host=host,
+            port=port,
+            workers=args.workers,
+            log_level=args.log_level,
+        )
+    else:
+        uvicorn.run(create_app(settings), host=host, port=port, log_level=args.log_level)
     return 0
 
 
@@ -142,6 +152,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default=None)
     serve.add_argument("--port", type=int, default=None)
     serve.add_argument("--log-level", default="info")
+    serve.add_argument(
+        "--workers", type=int, default=1, help="API processes (each reads the RETARGET_* env)"
+    )
     serve.set_defaults(func=cmd_serve)
 
     worker = sub.add_parser("worker", help="run an accounting worker (needs RETARGET_REDIS_URL)")

@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, BinaryIO, Protocol
+from typing import IO, Any, BinaryIO, Protocol
 
 from service.errors import InvalidInput, PayloadTooLarge, StorageError
 
@@ -61,6 +61,25 @@ def _check_sha(sha256: str) -> str:
     return sha256
 
 
+def _disk(op: Any, *args: Any) -> None:
+    """Run a write to the store; a full disk, a quota or an I/O error is a StorageError
+    (an error of the source being read, such as a client going away, is not)."""
+    try:
+        op(*args)
+    except OSError as exc:
+        raise StorageError(f"could not write to the blob store: {exc.strerror or exc}") from exc
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def iter_file(fh: IO[bytes], chunk: int = CHUNK) -> Iterator[bytes]:
     while True:
         block = fh.read(chunk)
@@ -76,6 +95,18 @@ class LocalBlobStore:
         self.root = Path(root)
         self.tmp = self.root / ".tmp"
         self.tmp.mkdir(parents=True, exist_ok=True)
+        self.sweep()
+
+    def sweep(self) -> list[Path]:
+        """Remove temporary files left by processes of this host that died mid-write
+        (a SIGKILL or a power cut during an upload or a merge); they are never blobs."""
+        removed = []
+        for path in self.tmp.glob("stage-*"):
+            pid = path.name.split("-")[1]
+            if pid.isdigit() and not _alive(int(pid)):
+                path.unlink(missing_ok=True)
+                removed.append(path)
+        return removed
 
     def _path(self, sha256: str) -> Path:
         _check_sha(sha256)
@@ -87,7 +118,7 @@ class LocalBlobStore:
         """Write ``chunks`` to a temporary file, hashing as it goes."""
         digest = hashlib.sha256()
         size = 0
-        fd, name = tempfile.mkstemp(dir=self.tmp, prefix="stage-")
+        fd, name = tempfile.mkstemp(dir=self.tmp, prefix=f"stage-{os.getpid()}-")
         path = Path(name)
         try:
             with os.fdopen(fd, "wb") as out:
@@ -99,9 +130,9 @@ class LocalBlobStore:
                             limit=max_bytes,
                         )
                     digest.update(block)
-                    out.write(block)
-                out.flush()
-                os.fsync(out.fileno())
+                    _disk(out.write, block)
+                _disk(out.flush)
+                _disk(os.fsync, out.fileno())
         except BaseException:
             path.unlink(missing_ok=True)
             raise

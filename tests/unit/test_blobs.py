@@ -58,3 +58,21 @@ def test_names_that_are_not_digests_are_refused(tmp_path: Path) -> None:
     store = LocalBlobStore(tmp_path)
     with pytest.raises(InvalidInput):
         store.local_path("../../etc/passwd")
+
+
+def test_temporary_files_of_dead_processes_are_swept_at_start(tmp_path) -> None:
+    import os
+    import subprocess
+
+    from service.registry.blobs import LocalBlobStore
+
+    store = LocalBlobStore(tmp_path)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    left = store.tmp / f"stage-{dead.pid}-abc"
+    left.write_bytes(b"half a merge")
+    mine = store.tmp / f"stage-{os.getpid()}-def"
+    mine.write_bytes(b"being written")
+    LocalBlobStore(tmp_path)  # a restart
+    assert not left.exists()
+    assert mine.exists()
