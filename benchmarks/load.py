@@ -10,8 +10,8 @@ wrk against:
 - ``GET /v1/models?dataset_id=``: the model listing;
 - ``GET /v1/models/{id}/weights``: a checkpoint download (MB/s).
 
-    python -m benchmarks.load                      # 15 s per endpoint, 2 API processes
-    python -m benchmarks.load --duration 5 --workers 1
+    python -m benchmarks.load      # 15 s per endpoint after 2 s of warm-up, 1 API process
+    python -m benchmarks.load --workers 2 --out benchmarks/out/load-2.json
 
 Prints requests/s, p50 and p99 for each, and writes them to benchmarks/out/load.json.
 Needs wrk (Debian's package).
@@ -179,15 +179,16 @@ def wrk(url: str, key: str, method: str, body: str | None, duration: int, conns:
         "mb_per_s": round(mbps * 1.048576, 1),  # wrk's MB are MiB
         "non_2xx": int(non2xx.group(1)) if non2xx else 0,
         "socket_errors": errors.group(0) if errors else "",
+        "latency": re.findall(r"^\s+(\d+)%\s+([\d.]+\w+)\s*$", out, re.M),
     }
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=int, default=15)
-    parser.add_argument("--connections", type=int, default=32)
-    parser.add_argument("--workers", type=int, default=2, help="API processes")
-    parser.add_argument("--weights-mb", type=int, default=256)
+    parser.add_argument("--connections", type=int, default=8)
+    parser.add_argument("--workers", type=int, default=1, help="API processes")
+    parser.add_argument("--weights-mb", type=int, default=64)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/out/load.json"))
     args = parser.parse_args()
     if not shutil.which("wrk"):
@@ -214,6 +215,7 @@ def main() -> int:
             ),
         }
         for name, (method, path, body, conns) in runs.items():
+            wrk(base + path, key, method, body, 2, conns)  # warm: first plans, caches, pools
             r = wrk(base + path, key, method, body, args.duration, conns)
             results[name] = r
             print(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 from typing import Any
 
@@ -103,6 +104,10 @@ def create_app(
     app.add_middleware(ApiKeyGate, context=lambda: ctx)  # outermost: 401 before any body
     dashboard.install(app, settings)
     _document_security(app)
+    # The modules imported by now (torch, numpy, SQLAlchemy, pydantic) are millions of
+    # long-lived objects; frozen, the collector stops rescanning them on every full
+    # collection (measured: 150 ms pauses at p99 under load before, see RESULTS.md).
+    gc.freeze()
     return app
 
 

@@ -95,7 +95,11 @@ class ApiKeyGate:
             await self.app(scope, receive, send)
             return
         key = bearer(Headers(scope=scope).get("authorization"))
-        principal = await run_in_threadpool(lookup, ctx, key) if key else None
+        principal = None
+        if key:
+            found, principal = ctx.key_cache.get(hashlib.sha256(key.encode()).hexdigest())
+            if not found:  # a database lookup: off the event loop
+                principal = await run_in_threadpool(lookup, ctx, key)
         if principal is None:
             detail = (
                 "unknown or revoked API key"

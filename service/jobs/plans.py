@@ -8,14 +8,18 @@ for an LC search under PLD).
 
 from __future__ import annotations
 
+import copy
+import hashlib
 import json
+import threading
+from collections import OrderedDict
 
 from safetensors.torch import load_file
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.accounting.guarantees import Guarantee, guarantee
-from service.accounting.mechanisms import parse_mechanism
+from service.accounting.mechanisms import canonical_json, parse_mechanism
 from service.accounting.planning import Candidate, Evaluate, Plan, PlanRequestSpec, make_plan
 from service.errors import InvalidInput, NotFound, StorageError, Unsupported
 from service.jobs.queue import Jobs, profiles_or_pending
@@ -26,10 +30,10 @@ from service.registry.blobs import BlobStore
 from service.registry.models import Dataset, Model
 
 
-def load_candidates(
-    *, session: Session, jobs: Jobs, dataset_id: str, model_ids: list[str] | None
-) -> list[Candidate]:
-    """The dataset's models (or the named ones, which must all belong to it) with profiles."""
+def candidate_rows(
+    *, session: Session, dataset_id: str, model_ids: list[str] | None
+) -> list[Model]:
+    """The dataset's models (or the named ones, which must all belong to it), in order."""
     repository.get_dataset(session=session, dataset_id=dataset_id)
     if model_ids:
         rows = list(session.scalars(select(Model).where(Model.id.in_(model_ids))))
@@ -46,12 +50,16 @@ def load_candidates(
             )
         order = {m: i for i, m in enumerate(model_ids)}
         rows.sort(key=lambda m: order[m.id])
-    else:
-        rows = list(
-            session.scalars(
-                select(Model).where(Model.dataset_id == dataset_id).order_by(Model.created_at)
-            )
+        return rows
+    return list(
+        session.scalars(
+            select(Model).where(Model.dataset_id == dataset_id).order_by(Model.created_at)
         )
+    )
+
+
+def candidates_from(rows: list[Model], jobs: Jobs) -> list[Candidate]:
+    """Candidates with their profiles (``ProfilesPending`` while any is computed)."""
     mechanisms = [parse_mechanism(row.mechanism) for row in rows]
     profiles = profiles_or_pending(
         jobs, [(f"model {row.id!r}", m) for row, m in zip(rows, mechanisms, strict=True)]
@@ -68,6 +76,14 @@ def load_candidates(
         )
         for row, mechanism, profile in zip(rows, mechanisms, profiles, strict=True)
     ]
+
+
+def load_candidates(
+    *, session: Session, jobs: Jobs, dataset_id: str, model_ids: list[str] | None
+) -> list[Candidate]:
+    """The dataset's models (or the named ones, which must all belong to it) with profiles."""
+    rows = candidate_rows(session=session, dataset_id=dataset_id, model_ids=model_ids)
+    return candidates_from(rows, jobs)
 
 
 def validation_evaluator(
@@ -124,11 +140,55 @@ def plan_for(
     dataset = repository.get_dataset(session=session, dataset_id=dataset_id)
     if spec.metric is None and dataset.metric:
         spec = PlanRequestSpec(**{**spec.__dict__, "metric": dataset.metric})
-    candidates = load_candidates(
-        session=session, jobs=jobs, dataset_id=dataset_id, model_ids=model_ids
-    )
-    evaluate = validation_evaluator(session=session, blobs=blobs, dataset=dataset, spec=spec)
-    return make_plan(candidates, spec, evaluate)
+    rows = candidate_rows(session=session, dataset_id=dataset_id, model_ids=model_ids)
+    if spec.objective == "validation":  # scores blobs; not worth caching
+        candidates = candidates_from(rows, jobs)
+        evaluate = validation_evaluator(session=session, blobs=blobs, dataset=dataset, spec=spec)
+        return make_plan(candidates, spec, evaluate)
+    key = plan_cache_key(spec, rows)
+    plan = PLAN_CACHE.get(key)
+    if plan is None:
+        plan = make_plan(candidates_from(rows, jobs), spec)
+        PLAN_CACHE.put(key, plan)
+    return copy.deepcopy(plan)
+
+
+def plan_cache_key(spec: PlanRequestSpec, rows: list[Model]) -> str:
+    """Everything a plan depends on: the request and each candidate's mechanism, metrics,
+    lineage and signature (a plan is a pure function of these, and of the code)."""
+    payload = {
+        "spec": spec.__dict__,
+        "candidates": [
+            [m.id, m.mechanism_hash, m.metrics, m.lineage_run_id, m.lineage_step, m.signature_hash]
+            for m in rows
+        ],
+    }
+    return hashlib.sha256(canonical_json(payload).encode()).hexdigest()
+
+
+class PlanCache:
+    """Recent plans in this process, least recently used out first."""
+
+    def __init__(self, size: int = 1024) -> None:
+        self.size = size
+        self.items: OrderedDict[str, Plan] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def get(self, key: str) -> Plan | None:
+        with self.lock:
+            plan = self.items.get(key)
+            if plan is not None:
+                self.items.move_to_end(key)
+            return plan
+
+    def put(self, key: str, plan: Plan) -> None:
+        with self.lock:
+            self.items[key] = plan
+            while len(self.items) > self.size:
+                self.items.popitem(last=False)
+
+
+PLAN_CACHE = PlanCache()
 
 
 def guarantee_for(

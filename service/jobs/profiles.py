@@ -9,6 +9,7 @@ loses nothing.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import OrderedDict
 from importlib import metadata
@@ -19,8 +20,13 @@ from service.accounting.pld import DEFAULT_DISCRETIZATION
 from service.accounting.profiles import PROFILE_FORMAT, PrivacyProfile, compute_profile
 
 
+@functools.cache
+def _dp_accounting_version() -> str:
+    return metadata.version("dp-accounting")
+
+
 def profile_key(mech_hash: str, discretization: float = DEFAULT_DISCRETIZATION) -> str:
-    dp_version = metadata.version("dp-accounting")
+    dp_version = _dp_accounting_version()
     return f"retarget:profile:f{PROFILE_FORMAT}:dpacc{dp_version}:{discretization:g}:{mech_hash}"
 
 

@@ -28,15 +28,17 @@ class RedisProfileStore:
         self.local = MemoryProfileStore(max_entries=64)
 
     def get(self, key: str) -> PrivacyProfile | None:
+        local = self.local.get(key)
         try:
+            # a profile held here is served while Redis still has it (EXISTS, not the
+            # megabytes of GET): a FLUSHDB still means "recompute", as everywhere else
+            if local is not None:
+                return local if self.client.exists(key) else None
             raw = self.client.get(key)
         except redis.RedisError as exc:
             raise StorageError(f"the profile cache (Redis) is unreachable: {exc}") from exc
         if raw is None:
             return None
-        local = self.local.get(key)
-        if local is not None:
-            return local
         profile = PrivacyProfile.from_json(json.loads(zlib.decompress(raw)))  # type: ignore[arg-type]
         self.local.put(key, profile)
         return profile

@@ -19,6 +19,7 @@ from service.accounting.profiles import ACCOUNTANTS
 from service.api.blob_responses import WEIGHTS_RESPONSES, blob_response
 from service.api.deps import AppContext, BlobsDep, ContextDep, JobsDep, SessionDep, require
 from service.api.routes.jobs import job_or_queued, pending_response
+from service.api.routes.plans import RECENT as RECENT_PLANS
 from service.api.schemas import (
     Claimed,
     EpsilonPublic,
@@ -139,6 +140,7 @@ def _register(ctx: AppContext, meta: ModelCreate, weights: IO[bytes]) -> ModelPu
             chunks=iter_file(weights),
             max_bytes=ctx.settings.max_upload_bytes,
         ).id
+    RECENT_PLANS.clear()  # plans of this dataset now have another candidate
     # The profile job (in process: done now, claim checked; on a worker: queued). A
     # cache or queue outage never undoes a registration: the next request enqueues.
     try:

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import math
+import threading
+import time
 
 from fastapi import APIRouter
 from fastapi.concurrency import run_in_threadpool
@@ -25,6 +27,59 @@ from service.jobs.releases import exposed_by
 from service.registry.db import session_scope
 
 router = APIRouter(prefix="/v1/plans", tags=["plans"])
+
+
+class RecentPlans:
+    """Plan answers of the last ``ttl_s`` seconds, by request, in this process.
+
+    A plan is a dry run and a pure function of the request and the dataset's models,
+    so the same request within a moment gets the same answer without a database
+    round trip. When an answer expires, one request recomputes it while the others
+    are still given the previous one (for at most ``stale_s`` more). A model
+    registered meanwhile shows in plans within ``ttl_s`` (at once in the process that
+    registered it). Releases never use this: they re-plan under the dataset's lock.
+    """
+
+    def __init__(self, ttl_s: float = 2.0, stale_s: float = 5.0, size: int = 4096) -> None:
+        self.ttl_s = ttl_s
+        self.stale_s = stale_s
+        self.size = size
+        self.items: dict[str, tuple[float, PlanPublic]] = {}
+        self.refreshing: set[str] = set()
+        self.lock = threading.Lock()
+
+    def get(self, key: str) -> PlanPublic | None:
+        """The answer, or None: then the caller computes it (and ``put``s it)."""
+        now = time.monotonic()
+        with self.lock:
+            hit = self.items.get(key)
+            if hit is None or now > hit[0] + self.stale_s:
+                return None
+            if now <= hit[0]:
+                return hit[1]
+            if key in self.refreshing:
+                return hit[1]  # another request is recomputing it
+            self.refreshing.add(key)
+            return None
+
+    def put(self, key: str, plan: PlanPublic) -> None:
+        with self.lock:
+            if len(self.items) >= self.size:
+                self.items.clear()
+            self.items[key] = (time.monotonic() + self.ttl_s, plan)
+            self.refreshing.discard(key)
+
+    def forget(self, key: str) -> None:
+        with self.lock:
+            self.refreshing.discard(key)
+
+    def clear(self) -> None:
+        with self.lock:
+            self.items.clear()
+            self.refreshing.clear()
+
+
+RECENT = RecentPlans()
 
 
 def to_public(plan: Plan, target_epsilon: float) -> PlanPublic:
@@ -81,8 +136,19 @@ async def create_plan(body: PlanRequest, ctx: ContextDep) -> PlanPublic | JSONRe
     the reason. Plans are computed in the request (profiles come from the cache).
     """
     spec = spec_from(body)
+    key = body.model_dump_json()
+    if spec.objective != "validation":
+        hit = RECENT.get(key)
+        if hit is not None:
+            return hit
 
     def run() -> PlanPublic | JSONResponse:
+        try:
+            return compute()
+        finally:
+            RECENT.forget(key)  # an error or a 202: the next request tries again
+
+    def compute() -> PlanPublic | JSONResponse:
         try:
             with session_scope(ctx.session_factory) as session:
                 plan = plan_for(
@@ -95,7 +161,10 @@ async def create_plan(body: PlanRequest, ctx: ContextDep) -> PlanPublic | JSONRe
                 )
         except ProfilesPending as exc:
             return pending_response([job_or_queued(ctx.jobs, j) for j in exc.job_ids])
-        return to_public(plan, body.epsilon)
+        public = to_public(plan, body.epsilon)
+        if spec.objective != "validation":
+            RECENT.put(key, public)
+        return public
 
     return await run_in_threadpool(run)
 
