@@ -10,7 +10,7 @@ Three passes over every operation, each with valid (positive) and invalid
   before and after.
 
     python -m benchmarks.fuzz_api                 # the long run: 60 cases per operation and mode
-    python -m benchmarks.fuzz_api --examples 5    # what CI runs (tests/e2e/test_fuzz.py)
+    python -m benchmarks.fuzz_api --examples 4    # what CI runs (tests/e2e/test_fuzz.py)
 
 Without ``--base-url`` it starts ``retarget serve`` on its embedded defaults in a
 temporary folder, registers a dataset with three models (so that ids in the
@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import secrets
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -175,20 +174,14 @@ def run_fuzz(
     return out
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextmanager
 def local_service(folder: Path) -> Iterator[tuple[str, str, Path]]:
     """`retarget serve` on its embedded defaults with a small registry in it."""
     import httpx2
 
-    from tests.helpers import checkpoint_bytes, sgd
+    from tests.helpers import checkpoint_bytes, free_port, sgd, wait_healthy
 
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("RETARGET_")}
     env["RETARGET_DATA_DIR"] = str(folder / "data")
     proc = subprocess.Popen(
@@ -209,12 +202,8 @@ def local_service(folder: Path) -> Iterator[tuple[str, str, Path]]:
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(300):
-            try:
-                if httpx2.get(f"{base}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx2.TransportError:
-                time.sleep(0.2)
+        if not wait_healthy(base):
+            raise RuntimeError("retarget serve did not start")
         key = (folder / "data" / "admin-key").read_text().strip()
         with httpx2.Client(base_url=base, timeout=60) as http:
             http.headers["Authorization"] = f"Bearer {key}"

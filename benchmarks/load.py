@@ -24,7 +24,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -40,16 +39,10 @@ import redis
 import torch
 from safetensors.torch import save
 
-from tests.helpers import checkpoint_bytes, sgd
+from tests.helpers import checkpoint_bytes, free_port, sgd, wait_healthy
 
 PG_ADMIN = os.environ.get("RETARGET_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 REDIS_URL = "redis://127.0.0.1:6379/13"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def fresh_database(name: str) -> str:
@@ -78,7 +71,7 @@ def stack(folder: Path, workers: int) -> Iterator[tuple[str, dict[str, str]]]:
         capture_output=True,
         text=True,
     ).stdout.split()[0]
-    port = _free_port()
+    port = free_port()
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
     procs = [
         subprocess.Popen([sys.executable, "-m", "service.cli", "worker"], env=env, **quiet),
@@ -93,12 +86,8 @@ def stack(folder: Path, workers: int) -> Iterator[tuple[str, dict[str, str]]]:
     ]
     base = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(300):
-            try:
-                if httpx2.get(f"{base}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx2.TransportError:
-                time.sleep(0.2)
+        if not wait_healthy(base):
+            raise RuntimeError("retarget serve did not start")
         yield base, {"key": key}
     finally:
         for p in procs:

@@ -58,3 +58,31 @@ def upload(client: Any, weights: bytes, metadata: str) -> Any:
         files={"weights": ("model.safetensors", weights, "application/octet-stream")},
         data={"metadata": metadata},
     )
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_healthy(base: str, limit_s: float = 60, alive: Any = None) -> bool:
+    """Poll ``base``/healthz until it answers 200 (False after ``limit_s`` or once
+    ``alive()`` says the server process is gone)."""
+    import time
+
+    import httpx2
+
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx2.get(f"{base}/healthz", timeout=1).status_code == 200:
+                return True
+        except httpx2.TransportError:
+            pass
+        if alive is not None and not alive():
+            return False
+        time.sleep(0.2)
+    return False

@@ -8,6 +8,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service import errors
@@ -104,6 +105,18 @@ def install(app: FastAPI) -> None:
         title = slug.replace("-", " ").capitalize()
         return problem(
             exc.status_code, slug, title, str(exc.detail), headers=getattr(exc, "headers", None)
+        )
+
+    @app.exception_handler(OperationalError)
+    async def _database_down(request: Request, exc: OperationalError) -> JSONResponse:
+        # the database restarting or unreachable: the pool reconnects by itself
+        log.warning("database unavailable on %s %s: %s", request.method, request.url.path, exc)
+        return problem(
+            503,
+            "storage-unavailable",
+            "Storage unavailable",
+            "the database is unreachable; try again shortly",
+            headers={"Retry-After": "2"},
         )
 
     @app.exception_handler(Exception)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import Any
 
 import redis
@@ -9,6 +11,8 @@ from rq import Queue, Worker
 from rq.serializers import JSONSerializer
 
 from service.config import Settings
+
+log = logging.getLogger(__name__)
 
 
 class RetargetWorker(Worker):
@@ -47,5 +51,24 @@ def build_worker(settings: Settings, name: str | None = None) -> RetargetWorker:
     return worker
 
 
+#: Waits between attempts to reach Redis again after it went away (then the last, repeated).
+RECONNECT_DELAYS_S = (0.5, 1, 2, 5, 10)
+
+
 def run_worker(settings: Settings, burst: bool = False, name: str | None = None) -> bool:
-    return bool(build_worker(settings, name).work(burst=burst, with_scheduler=True))
+    """Work the queue; when Redis goes away, wait for it and work on (a new worker
+    registration: the old one's job, if any, is retried once its heartbeat lapses)."""
+    attempt = 0
+    while True:
+        try:
+            worker = build_worker(settings, name)
+            worker.connection.ping()
+            attempt = 0
+            return bool(worker.work(burst=burst, with_scheduler=True))
+        except redis.ConnectionError as exc:
+            if burst:
+                raise
+            delay = RECONNECT_DELAYS_S[min(attempt, len(RECONNECT_DELAYS_S) - 1)]
+            attempt += 1
+            log.warning("Redis unreachable (%s); trying again in %s s", exc, delay)
+            time.sleep(delay)

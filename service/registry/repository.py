@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 
 from service.accounting.mechanisms import Mechanism, canonical_mechanism, mechanism_hash
 from service.errors import Conflict, NotFound
-from service.registry.blobs import BlobStore
+from service.registry.blobs import BlobStore, StagedBlob
 from service.registry.checkpoints import read_signature, signature_hash
 from service.registry.models import Dataset, Model, Release
 
@@ -176,6 +176,13 @@ def register_model(
     except BaseException:
         blobs.discard(staged)
         raise
+    _promote_and_commit(session, blobs, staged)
+    return model
+
+
+def _promote_and_commit(session: Session, blobs: BlobStore, staged: StagedBlob) -> None:
+    """Move the staged blob into place, then commit; if the commit fails, remove the
+    blob again unless something else already refers to those bytes."""
     created = blobs.promote(staged)
     try:
         session.commit()
@@ -184,7 +191,6 @@ def register_model(
         if created and not _blob_referenced(session, staged.sha256):
             blobs.delete(staged.sha256)
         raise
-    return model
 
 
 def _blob_referenced(session: Session, sha256: str) -> bool:
@@ -213,16 +219,9 @@ def set_validation(
     except BaseException:
         blobs.discard(staged)
         raise
-    created = blobs.promote(staged)
     dataset.validation_sha256 = staged.sha256
     dataset.validation_examples = examples
-    try:
-        session.commit()
-    except BaseException:
-        session.rollback()
-        if created and not _blob_referenced(session, staged.sha256):
-            blobs.delete(staged.sha256)
-        raise
+    _promote_and_commit(session, blobs, staged)
     return dataset
 
 

@@ -3,26 +3,19 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx2
 import pytest
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.helpers import free_port, wait_healthy
 
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("RETARGET_")}
     env["RETARGET_DATA_DIR"] = str(tmp_path / "data")
     proc = subprocess.Popen(
@@ -34,17 +27,10 @@ def server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx2.get(f"{base}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx2.TransportError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                out = proc.stdout.read().decode() if proc.stdout else ""
-                pytest.fail(f"server did not start:\n{out}")
-            time.sleep(0.2)
+        if not wait_healthy(base, 60, alive=lambda: proc.poll() is None):
+            proc.terminate()
+            out = proc.stdout.read().decode() if proc.stdout else ""
+            pytest.fail(f"server did not start:\n{out}")
         yield base, tmp_path / "data"
     finally:
         proc.terminate()
