@@ -11,8 +11,6 @@ one LC evaluation instead of a search.
 from __future__ import annotations
 
 import math
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -137,25 +135,3 @@ def explorer_plans(
                 "notes": plan.notes,
             }
     return out
-
-
-class FrontierCache:
-    """The last few frontiers, keyed by the models' ids and mechanisms and delta."""
-
-    def __init__(self, size: int = 32) -> None:
-        self.size = size
-        self.items: OrderedDict[tuple[Any, ...], Frontier] = OrderedDict()
-        self.lock = threading.Lock()
-
-    def get(self, key: tuple[Any, ...]) -> Frontier | None:
-        with self.lock:
-            if key in self.items:
-                self.items.move_to_end(key)
-                return self.items[key]
-            return None
-
-    def put(self, key: tuple[Any, ...], value: Frontier) -> None:
-        with self.lock:
-            self.items[key] = value
-            while len(self.items) > self.size:
-                self.items.popitem(last=False)

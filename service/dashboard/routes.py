@@ -25,11 +25,12 @@ from service.api.blob_responses import blob_response
 from service.api.deps import AppContext, ContextDep
 from service.config import Settings
 from service.dashboard.auth import COOKIE, SessionSigner, readable_key
-from service.dashboard.frontier import FrontierCache, compute_frontier, explorer_plans
+from service.dashboard.frontier import Frontier, compute_frontier, explorer_plans
 from service.dashboard.svg import Chart, Series, render
 from service.errors import ProfilesPending
 from service.jobs import deployments as deployment_service
 from service.jobs import releases as release_service
+from service.jobs.lru import Lru
 from service.jobs.plans import load_candidates
 from service.jobs.queue import profiles_or_pending
 from service.registry import repository
@@ -339,7 +340,8 @@ def _finite(value: Any) -> Any:
     return value
 
 
-_FRONTIERS = FrontierCache()
+#: The last frontiers, by dataset, delta and the models' mechanisms.
+_FRONTIERS: Lru[tuple[Any, ...], Frontier] = Lru(32)
 
 
 @router.get("/datasets/{dataset_id}/frontier.svg")

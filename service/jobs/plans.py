@@ -11,8 +11,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import threading
-from collections import OrderedDict
 
 from safetensors.torch import load_file
 from sqlalchemy import select
@@ -22,6 +20,7 @@ from service.accounting.guarantees import Guarantee, guarantee
 from service.accounting.mechanisms import canonical_json, parse_mechanism
 from service.accounting.planning import Candidate, Evaluate, Plan, PlanRequestSpec, make_plan
 from service.errors import InvalidInput, NotFound, StorageError, Unsupported
+from service.jobs.lru import Lru
 from service.jobs.queue import Jobs, profiles_or_pending
 from service.merging.architecture import Architecture
 from service.merging.validation import Scorer, read_split
@@ -166,29 +165,8 @@ def plan_cache_key(spec: PlanRequestSpec, rows: list[Model]) -> str:
     return hashlib.sha256(canonical_json(payload).encode()).hexdigest()
 
 
-class PlanCache:
-    """Recent plans in this process, least recently used out first."""
-
-    def __init__(self, size: int = 1024) -> None:
-        self.size = size
-        self.items: OrderedDict[str, Plan] = OrderedDict()
-        self.lock = threading.Lock()
-
-    def get(self, key: str) -> Plan | None:
-        with self.lock:
-            plan = self.items.get(key)
-            if plan is not None:
-                self.items.move_to_end(key)
-            return plan
-
-    def put(self, key: str, plan: Plan) -> None:
-        with self.lock:
-            self.items[key] = plan
-            while len(self.items) > self.size:
-                self.items.popitem(last=False)
-
-
-PLAN_CACHE = PlanCache()
+#: Recent plans in this process, by ``plan_cache_key``.
+PLAN_CACHE: Lru[str, Plan] = Lru(1024)
 
 
 def guarantee_for(

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections import OrderedDict
 from importlib import metadata
 from typing import Protocol
 
 from service.accounting.mechanisms import Mechanism, mechanism_hash
 from service.accounting.pld import DEFAULT_DISCRETIZATION
 from service.accounting.profiles import PROFILE_FORMAT, PrivacyProfile, compute_profile
+from service.jobs.lru import Lru
 
 
 @functools.cache
@@ -36,27 +36,11 @@ class ProfileStore(Protocol):
     def put(self, key: str, profile: PrivacyProfile) -> None: ...
 
 
-class MemoryProfileStore:
+class MemoryProfileStore(Lru[str, PrivacyProfile]):
     """A bounded LRU of profiles inside this process."""
 
     def __init__(self, max_entries: int = 256) -> None:
-        self.max_entries = max_entries
-        self._items: OrderedDict[str, PrivacyProfile] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: str) -> PrivacyProfile | None:
-        with self._lock:
-            profile = self._items.get(key)
-            if profile is not None:
-                self._items.move_to_end(key)
-            return profile
-
-    def put(self, key: str, profile: PrivacyProfile) -> None:
-        with self._lock:
-            self._items[key] = profile
-            self._items.move_to_end(key)
-            while len(self._items) > self.max_entries:
-                self._items.popitem(last=False)
+        super().__init__(max_entries)
 
 
 class Profiles:
