@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 
 from service.accounting.conversions import ORDERS, round_up
 from service.accounting.mechanisms import parse_mechanism
+from service.accounting.profiles import PrivacyProfile
 from service.api.blob_responses import blob_response
 from service.api.deps import AppContext, ContextDep
 from service.config import Settings
@@ -31,7 +32,7 @@ from service.errors import ProfilesPending
 from service.jobs import deployments as deployment_service
 from service.jobs import releases as release_service
 from service.jobs.lru import Lru
-from service.jobs.plans import load_candidates
+from service.jobs.plans import candidate_rows, candidates_from
 from service.jobs.queue import profiles_or_pending
 from service.registry import repository
 from service.registry.db import session_scope
@@ -240,11 +241,16 @@ def model_page(request: Request, model_id: str, ctx: ContextDep, who: Viewer) ->
         )
 
 
-@router.get("/models/{model_id}/profile.svg")
-def model_profile_svg(model_id: str, ctx: ContextDep, who: Viewer) -> Response:
+def _model_profile(ctx: AppContext, model_id: str) -> PrivacyProfile:
     with session_scope(ctx.session_factory) as session:
         model = repository.get_model(session=session, model_id=model_id)
         (profile,) = profiles_or_pending(ctx.jobs, [("model", parse_mechanism(model.mechanism))])
+    return profile
+
+
+@router.get("/models/{model_id}/profile.svg")
+def model_profile_svg(model_id: str, ctx: ContextDep, who: Viewer) -> Response:
+    profile = _model_profile(ctx, model_id)
     chart = Chart("epsilon vs delta", x_label="epsilon", y_label="delta", log_y=True)
     deltas = np.geomspace(1e-12, 1e-1, 45)
     for acc, color, dashed in (("rdp", "#1f77b4", True), ("pld", "#d62728", False)):
@@ -255,9 +261,7 @@ def model_profile_svg(model_id: str, ctx: ContextDep, who: Viewer) -> Response:
 
 @router.get("/models/{model_id}/rdp.svg")
 def model_rdp_svg(model_id: str, ctx: ContextDep, who: Viewer) -> Response:
-    with session_scope(ctx.session_factory) as session:
-        model = repository.get_model(session=session, model_id=model_id)
-        (profile,) = profiles_or_pending(ctx.jobs, [("model", parse_mechanism(model.mechanism))])
+    profile = _model_profile(ctx, model_id)
     orders = ORDERS[ORDERS <= 64]
     values = profile.rdp_at(orders)
     chart = Chart("RDP curve", x_label="order alpha", y_label="RDP epsilon(alpha)", log_y=True)
@@ -277,13 +281,8 @@ def model_weights(model_id: str, request: Request, ctx: ContextDep, who: Viewer)
 
 
 def _candidates(session: Session, ctx: AppContext, dataset_id: str) -> tuple[list[Any], dict]:
-    candidates = load_candidates(
-        session=session, jobs=ctx.jobs, dataset_id=dataset_id, model_ids=None
-    )
-    names = {
-        m.id: m.name for m in session.scalars(select(Model).where(Model.dataset_id == dataset_id))
-    }
-    return candidates, names
+    rows = candidate_rows(session=session, dataset_id=dataset_id, model_ids=None)
+    return candidates_from(rows, ctx.jobs), {m.id: m.name for m in rows}
 
 
 @router.get("/datasets/{dataset_id}/explorer", response_class=HTMLResponse)

@@ -86,23 +86,29 @@ def load_candidates(
 
 
 def validation_evaluator(
-    *, session: Session, blobs: BlobStore, dataset: Dataset, spec: PlanRequestSpec
+    *, blobs: BlobStore, dataset: Dataset, spec: PlanRequestSpec, rows: list[Model]
 ) -> Evaluate | None:
-    """Accuracy of merged weights on the dataset's public validation split, for objective
-    'validation'; None when the request does not ask for it or there is no split. The
-    split and each model are loaded on first use."""
+    """Accuracy of merged weights of the candidate ``rows`` on the dataset's public
+    validation split, for objective 'validation'; None when the request does not ask
+    for it or there is no split. The split and each model are loaded on first use."""
     if spec.objective != "validation" or dataset.validation_sha256 is None:
         return None
     split_path = blobs.local_path(dataset.validation_sha256)
     if not split_path.is_file():
         raise StorageError("the dataset's validation split is missing from the store")
     scorers: dict[str, Scorer] = {}
+    by_id = {m.id: m for m in rows}
+
+    def load(model_id: str) -> dict:
+        path = blobs.local_path(by_id[model_id].sha256)
+        if not path.is_file():
+            raise StorageError(f"the weights of model {model_id!r} are missing")
+        return load_file(str(path))
 
     def evaluate(weights: dict[str, float]) -> float:
-        rows = repository.models_by_id(session=session, model_ids=weights)
-        declared = {json.dumps(rows[m].architecture, sort_keys=True) for m in weights}
-        if any(rows[m].architecture is None for m in weights):
-            missing = sorted(m for m in weights if rows[m].architecture is None)
+        declared = {json.dumps(by_id[m].architecture, sort_keys=True) for m in weights}
+        if any(by_id[m].architecture is None for m in weights):
+            missing = sorted(m for m in weights if by_id[m].architecture is None)
             raise Unsupported(
                 f"objective 'validation' needs every model to declare its architecture; "
                 f"{missing[0]!r} does not"
@@ -111,14 +117,6 @@ def validation_evaluator(
             raise Unsupported("objective 'validation': the models declare different architectures")
         key = declared.pop()
         if key not in scorers:
-
-            def load(model_id: str) -> dict:
-                sha = repository.get_model(session=session, model_id=model_id).sha256
-                path = blobs.local_path(sha)
-                if not path.is_file():
-                    raise StorageError(f"the weights of model {model_id!r} are missing")
-                return load_file(str(path))
-
             scorers[key] = Scorer(
                 Architecture.model_validate_json(key), read_split(split_path), load
             )
@@ -142,7 +140,7 @@ def plan_for(
     rows = candidate_rows(session=session, dataset_id=dataset_id, model_ids=model_ids)
     if spec.objective == "validation":  # scores blobs; not worth caching
         candidates = candidates_from(rows, jobs)
-        evaluate = validation_evaluator(session=session, blobs=blobs, dataset=dataset, spec=spec)
+        evaluate = validation_evaluator(blobs=blobs, dataset=dataset, spec=spec, rows=rows)
         return make_plan(candidates, spec, evaluate)
     key = plan_cache_key(spec, rows)
     plan = PLAN_CACHE.get(key)

@@ -28,7 +28,7 @@ from service.accounting.conversions import round_up
 from service.accounting.mechanisms import canonical_json, parse_mechanism
 from service.accounting.planning import Plan, PlanRequestSpec, make_plan
 from service.errors import BudgetExceeded, StorageError
-from service.jobs.plans import load_candidates, validation_evaluator
+from service.jobs.plans import candidate_rows, candidates_from, validation_evaluator
 from service.jobs.queue import Jobs, profiles_or_pending
 from service.merging.base import MergeInput
 from service.merging.random_selection import draw
@@ -135,14 +135,13 @@ def retarget(
     if spec.metric is None and dataset.metric:
         spec = PlanRequestSpec(**{**spec.__dict__, "metric": dataset.metric})
     with repository.dataset_lock(session, dataset_id):
-        candidates = load_candidates(
-            session=session, jobs=jobs, dataset_id=dataset_id, model_ids=model_ids
-        )
+        rows = candidate_rows(session=session, dataset_id=dataset_id, model_ids=model_ids)
+        candidates = candidates_from(rows, jobs)
         key = request_hash(dataset_id, spec, [c.id for c in candidates])
         existing = repository.release_by_request(session=session, request_hash=key)
         if existing is not None:
             return existing, False
-        evaluate = validation_evaluator(session=session, blobs=blobs, dataset=dataset, spec=spec)
+        evaluate = validation_evaluator(blobs=blobs, dataset=dataset, spec=spec, rows=rows)
         plan = make_plan(candidates, spec, evaluate)
         exposed = exposed_by(plan)
         _check_cap(session, jobs, dataset, plan, exposed)
