@@ -48,7 +48,7 @@ import torch
 from safetensors.torch import save
 
 from benchmarks.load import fresh_database
-from tests.helpers import checkpoint_bytes, free_port, sgd
+from tests.helpers import checkpoint_bytes, free_port, migrate_and_admin_key, service_env, sgd
 
 REDIS_PORT = 6391
 REDIS_URL = f"redis://127.0.0.1:{REDIS_PORT}/0"
@@ -59,8 +59,7 @@ class Stack:
         self.folder = folder
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("RETARGET_")}
-        self.env.update(
+        self.env = service_env(
             RETARGET_DATA_DIR=str(folder),
             RETARGET_DATABASE_URL=fresh_database("retarget_drill"),
             RETARGET_REDIS_URL=REDIS_URL,
@@ -71,17 +70,10 @@ class Stack:
         self.api: subprocess.Popen[bytes] | None = None
         self.worker: subprocess.Popen[bytes] | None = None
         self.start_redis()
-        cli = [sys.executable, "-m", "service.cli"]
-        subprocess.run([*cli, "migrate"], env=self.env, check=True, capture_output=True)
-        out = subprocess.run(
-            [*cli, "keys", "create", "--scope", "admin"],
-            env=self.env,
-            check=True,
-            capture_output=True,
-            text=True,
+        self.key = migrate_and_admin_key(self.env)
+        self.worker = subprocess.Popen(
+            [sys.executable, "-m", "service.cli", "worker"], env=self.env, **_quiet()
         )
-        self.key = out.stdout.split()[0]
-        self.worker = subprocess.Popen([*cli, "worker"], env=self.env, **_quiet())
         self.start_api()
 
     def start_redis(self) -> None:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import secrets
 import sqlite3
 import subprocess
@@ -179,11 +178,10 @@ def local_service(folder: Path) -> Iterator[tuple[str, str, Path]]:
     """`retarget serve` on its embedded defaults with a small registry in it."""
     import httpx2
 
-    from tests.helpers import checkpoint_bytes, free_port, sgd, wait_healthy
+    from tests.helpers import checkpoint_bytes, free_port, service_env, sgd, wait_healthy
 
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RETARGET_")}
-    env["RETARGET_DATA_DIR"] = str(folder / "data")
+    env = service_env(RETARGET_DATA_DIR=str(folder / "data"))
     proc = subprocess.Popen(
         [
             sys.executable,

@@ -39,7 +39,14 @@ import redis
 import torch
 from safetensors.torch import save
 
-from tests.helpers import checkpoint_bytes, free_port, sgd, wait_healthy
+from tests.helpers import (
+    checkpoint_bytes,
+    free_port,
+    migrate_and_admin_key,
+    service_env,
+    sgd,
+    wait_healthy,
+)
 
 PG_ADMIN = os.environ.get("RETARGET_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 REDIS_URL = "redis://127.0.0.1:6379/13"
@@ -57,20 +64,12 @@ def fresh_database(name: str) -> str:
 def stack(folder: Path, workers: int) -> Iterator[tuple[str, dict[str, str]]]:
     """An accounting worker and the API, on Postgres and Redis; yields (base URL, env)."""
     redis.Redis.from_url(REDIS_URL).flushdb()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RETARGET_")}
-    env.update(
+    env = service_env(
         RETARGET_DATA_DIR=str(folder),
         RETARGET_DATABASE_URL=fresh_database("retarget_load"),
         RETARGET_REDIS_URL=REDIS_URL,
     )
-    subprocess.run([sys.executable, "-m", "service.cli", "migrate"], env=env, check=True)
-    key = subprocess.run(
-        [sys.executable, "-m", "service.cli", "keys", "create", "--scope", "admin"],
-        env=env,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.split()[0]
+    key = migrate_and_admin_key(env)
     port = free_port()
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
     procs = [

@@ -86,3 +86,29 @@ def wait_healthy(base: str, limit_s: float = 60, alive: Any = None) -> bool:
             return False
         time.sleep(0.2)
     return False
+
+
+def service_env(**settings: str) -> dict[str, str]:
+    """This process's environment without any RETARGET_* setting, plus ``settings``."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RETARGET_")}
+    env.update(settings)
+    return env
+
+
+def migrate_and_admin_key(env: dict[str, str]) -> str:
+    """Bring the database of ``env`` to the newest schema; return a new admin key."""
+    import subprocess
+    import sys
+
+    cli = [sys.executable, "-m", "service.cli"]
+    subprocess.run([*cli, "migrate"], env=env, check=True, capture_output=True)
+    out = subprocess.run(
+        [*cli, "keys", "create", "--scope", "admin"],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return out.stdout.split()[0]

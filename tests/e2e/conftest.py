@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -10,14 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import free_port, wait_healthy
+from tests.helpers import free_port, service_env, wait_healthy
 
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RETARGET_")}
-    env["RETARGET_DATA_DIR"] = str(tmp_path / "data")
+    env = service_env(RETARGET_DATA_DIR=str(tmp_path / "data"))
     proc = subprocess.Popen(
         [sys.executable, "-m", "service.cli", "serve", "--port", str(port)],
         env=env,

@@ -4,7 +4,6 @@ Postgres database take many different releases at once; the cap is never exceede
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -16,27 +15,26 @@ import numpy as np
 import pytest
 
 from benchmarks.load import fresh_database
-from tests.helpers import checkpoint_bytes, free_port, sgd, wait_healthy
+from tests.helpers import (
+    checkpoint_bytes,
+    free_port,
+    migrate_and_admin_key,
+    service_env,
+    sgd,
+    wait_healthy,
+)
 
 CAP = 1.5
 
 
 @pytest.fixture
 def two_servers(tmp_path: Path) -> Iterator[tuple[list[str], str]]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RETARGET_")}
-    env.update(
+    env = service_env(
         RETARGET_DATA_DIR=str(tmp_path),
         RETARGET_DATABASE_URL=fresh_database("retarget_ledger_processes"),
     )
+    key = migrate_and_admin_key(env)
     cli = [sys.executable, "-m", "service.cli"]
-    subprocess.run([*cli, "migrate"], env=env, check=True, capture_output=True)
-    key = subprocess.run(
-        [*cli, "keys", "create", "--scope", "admin"],
-        env=env,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.split()[0]
     ports = [free_port(), free_port()]
     procs = [
         subprocess.Popen(
