@@ -2,22 +2,27 @@
 
 Plans search for weights; this answers the converse question for weights the
 caller already has ("what is this mix worth at delta?"), under each accountant,
-with the same bounds the plans use: Theorems 5.1/5.2 (RS), 6.2/6.4 (LC with
-shared DP-SGD structure) or 6.1 (LC otherwise) of papers/dp-model-merging.txt.
+with the same bounds the plans use: Theorems 5.1/5.2 of
+papers/dp-model-merging.txt for RS (weights fixed without reading the models),
+and for LC the sound bound of ``linear_combination`` (each run before its last
+step released jointly, plus one merged last step; the joint release, Theorem 6.1,
+where a model has no mergeable last step). The paper's per-step LC composition is
+reported beside it as ``paper_epsilon`` only.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from service.accounting import linear_combination as lc
 from service.accounting import random_selection as rs
 from service.accounting.conversions import ORDERS, check_delta
-from service.accounting.planning import Candidate, _curves_at, lc_candidates
-from service.accounting.pld import DEFAULT_DISCRETIZATION
+from service.accounting.paper_lc import paper_epsilon
+from service.accounting.planning import Candidate, curves_at, lc_candidates
+from service.accounting.planning.lc import BOUND, JOINT_BOUND, released_profiles
 from service.errors import InvalidInput
 
 #: How far the weights may sum from 1 (they are renormalised within it).
@@ -30,6 +35,9 @@ class Guarantee:
     delta: float
     by_accountant: dict[str, float]
     bound: str
+    notes: list[str] = field(default_factory=list)
+    heuristic: bool = False
+    paper_epsilon: float | None = None
 
     @property
     def best(self) -> tuple[float, str]:
@@ -51,31 +59,37 @@ def guarantee(
     keep = [i for i, x in enumerate(w) if x > 0]
     chosen, w = [candidates[i] for i in keep], w[keep]
     out: dict[str, float] = {}
+    heuristic = any(c.profile.heuristic for c in chosen)
     if method == "rs":
         for acc in accountants:
             if acc == "rdp":
                 rdp = np.array([c.profile.rdp_at(ORDERS) for c in chosen])
                 out[acc] = rs.rs_rdp_epsilon(w, rdp, ORDERS, delta)
             else:
-                out[acc] = rs.rs_pld_epsilon(w, _curves_at(chosen), delta)
-        return Guarantee("rs", delta, out, "Theorems 5.1 (RDP) and 5.2 (PLD): random selection")
+                out[acc] = rs.rs_pld_epsilon(w, curves_at(chosen), delta)
+        return Guarantee(
+            "rs",
+            delta,
+            out,
+            "Theorems 5.1 (RDP) and 5.2 (PLD): random selection",
+            notes=["assumes the selection probabilities were fixed without reading the models"],
+            heuristic=heuristic,
+        )
     if method != "lc":
         raise InvalidInput(f"method must be 'rs' or 'lc', got {method!r}")
-    kept, structures, _ = lc_candidates(chosen, strict=True)
-    structured = (
-        all(s is not None for s in structures) and len({c.mechanism.type for c in kept}) == 1
-    )
-    if structured:
-        structs = [s for s in structures if s is not None]
-        for acc in accountants:
-            out[acc] = (
-                lc.lc_rdp_epsilon(structs, w, delta)
-                if acc == "rdp"
-                else lc.lc_pld_epsilon(structs, w, delta, DEFAULT_DISCRETIZATION)
-            )
-        return Guarantee("lc", delta, out, "Theorems 6.2 (RDP) and 6.4 (PLD): linear combination")
-    profiles = [c.profile for c in kept]
+    kept, inputs, notes = lc_candidates(chosen, strict=True)
+    acct = lc.LCAccountant(inputs, released_profiles(kept, inputs), delta)
     for acc in accountants:
-        out[acc] = lc.joint_epsilon(profiles, delta, acc)
-    out = {k: (v if math.isfinite(v) else math.inf) for k, v in out.items()}
-    return Guarantee("lc", delta, out, "Theorem 6.1: joint release of the merged models")
+        value = acct.epsilon(w, acc)
+        out[acc] = value if math.isfinite(value) else math.inf
+    if len(kept) > 1:
+        notes.append("assumes: " + "; ".join(lc.ASSUMPTIONS))
+    return Guarantee(
+        "lc",
+        delta,
+        out,
+        BOUND if acct.uses_final_step else JOINT_BOUND,
+        notes=notes,
+        heuristic=heuristic or acct.heuristic,
+        paper_epsilon=paper_epsilon([c.mechanism for c in kept], w, delta),
+    )

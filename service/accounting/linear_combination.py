@@ -1,196 +1,333 @@
-"""Linear combination (LC): release sum_i lambda_i theta_i.
+"""Linear combination (LC): what releasing theta = sum_i lambda_i theta_i proves.
 
-Source: Section 6 of papers/dp-model-merging.txt. With DP-SGD structure
-(Theorems 6.2 and 6.4, Algorithms 3 and 4) each merged step is the 1-D
-Gaussian mixture of ``mixture.py``; steps are aligned across models, runs of
-unequal length padded with virtual steps (q = 0, no noise), and equal joint
-steps composed at once. Without that structure LC falls back to the
-joint-release bound of Theorem 6.1 (the composition of the models it uses).
+The rule (ARCHITECTURE.md, "LC: what is true"). For independent runs,
+
+    theta = sum_i lambda_i theta_i' - sum_i lambda_i c_i (G_i + sigma_i C_i Z_i)
+
+where theta_i' is run i's iterate before its last update, G_i that update's sum of
+clipped gradients and c_i its coefficient in the update (the last step's learning
+rate; eta (1 - dampening) with momentum, eta (1 + beta) with Nesterov: the earlier
+velocity is a function of earlier iterates). So theta is a post-processing of
+  (a) every run's first T_i - 1 steps, released jointly (independent runs compose), and
+  (b) one merged step Y = sum_i lambda_i c_i (G_i + sigma_i C_i Z_i).
+Given everything in (a), each run includes the differing example in its last batch
+independently with q_i, adding a vector of norm <= lambda_i c_i C_i to Y, and the
+noise is N(0, s^2 I) with s^2 = sum_i (lambda_i c_i sigma_i C_i)^2. A mixture of
+Gaussians with vector shifts is dominated by the scalar mixture with the norms added
+on one axis (Choquette-Choo et al., arXiv 2310.15526, Corollary 4.7), and the privacy
+profile grows with each shift (merged_step.py), so (b) is dominated, for every history,
+by the mixture of ``merged_step_mixture`` with a_i = lambda_i c_i C_i / s: Theorem 6.2
+and Lemma 6.3 of papers/dp-model-merging.txt for one step. The certificate is the
+adaptive composition of (a) and (b): RDP adds; dominating pairs compose (Zhu, Dong and
+Wang 2022). The paper's per-step composition (``paper_lc``) is NOT used: it treats
+later gradients as fixed, which hidden iterates break.
+
+An input whose last update is not linear in a noisy gradient (Adam, adaptive Gaussian
+queries that are not accumulated additively, a mechanism known only by its curves)
+puts its whole mechanism into (a) and nothing into (b): for such sets the bound is the
+joint release (Theorem 6.1). Per-group clipping: the noise of group g has std
+c sigma_g C_g; a covariance that dominates s_min^2 I is a post-processing of the
+isotropic one (add the rest), so the noise is taken as c min_g sigma_g C_g in every
+coordinate and the shift as c sqrt(sum_g C_g^2).
+
+Fixed queries (``gaussian`` with count 1 or ``adaptive: false``, Section 4.1): when every
+merged model is such a release the merged output is exactly Gaussian: query j has shift
+sum_i lambda_i Delta_i [j < k_i] and variance sum_i lambda_i^2 std_i^2 [j < k_i], so
+mu^2 = sum_j shift_j^2 / variance_j, exact.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import NDArray
 
 from service.accounting.conversions import ORDERS, eps_from_rdp
-from service.accounting.mechanisms import DPSGD, Gaussian, Mechanism
-from service.accounting.mixture import gaussian_epsilon, lc_mixture, mixture_pld, mixture_rdp
-from service.accounting.pld import PldPair
-from service.accounting.profiles import RDP_SAFETY, PrivacyProfile
+from service.accounting.mechanisms import DPSGD, Gaussian, Mechanism, NonPrivate, Segment
+from service.accounting.merged_step import merged_step_mixture
+from service.accounting.mixture import Mixture, gaussian_epsilon, mixture_pld, mixture_rdp
+from service.accounting.pld import DEFAULT_DISCRETIZATION, PldPair
+from service.accounting.profiles import RDP_SAFETY, PrivacyProfile, compute_profile
 from service.errors import Unsupported
 
-#: Optimizers Theorem 6.2 covers: the update is lr * (clipped gradient + noise).
-LC_OPTIMIZERS = ("sgd",)
+#: What every LC certificate assumes; shown wherever the bound is shown.
+ASSUMPTIONS: tuple[str, ...] = (
+    "runs with different lineage run ids (or none) used independent randomness: "
+    "sampling masks and noise",
+    "each run's step count and learning-rate schedule were fixed in advance (early "
+    "stopping or reduce-on-plateau driven by private data is not covered)",
+    "the weights were chosen without reading the models' outputs on private data",
+)
 
 
 @dataclass(frozen=True)
-class StepParams:
-    """One DP-SGD step of one model: sampling rate, noise multiplier, clipping norm, lr."""
+class FinalStep:
+    """A model's last noisy update as it enters its weights, per unit of lambda:
+    inclusion probability, largest norm of one example's contribution (c C), and a
+    lower bound on the noise std in every coordinate (c sigma C)."""
 
     q: float
-    sigma: float
-    clip: float
-    lr: float
+    shift: float
+    noise: float
 
 
 @dataclass(frozen=True)
-class LCStructure:
-    """A model's run as (steps, StepParams) segments, in training order."""
+class LCInput:
+    """One model as LC accounting sees it: ``released`` is composed jointly (the part
+    before the final step, or the whole model when ``final`` is None)."""
 
-    segments: tuple[tuple[int, StepParams], ...]
+    released: Mechanism | None
+    final: FinalStep | None
+    fixed_queries: int = 0
     heuristic: bool = False
+    note: str | None = None
+
+
+def lc_input(mechanism: Mechanism) -> LCInput:
+    """How ``mechanism`` enters an LC certificate. ``Unsupported`` for a non-private model."""
+    if isinstance(mechanism, NonPrivate):
+        raise Unsupported("a non-private model has no guarantee to combine")
+    if isinstance(mechanism, Gaussian):
+        return _gaussian_input(mechanism)
+    if isinstance(mechanism, DPSGD):
+        return _dp_sgd_input(mechanism)
+    return LCInput(
+        released=mechanism,
+        final=None,
+        note=f"{mechanism.type}: no final update to merge, accounted as its joint release",
+    )
+
+
+def _gaussian_input(m: Gaussian) -> LCInput:
+    final = FinalStep(1.0, m.sensitivity, m.std)
+    rest = m.model_copy(update={"count": m.count - 1}) if m.count > 1 else None
+    if m.count == 1 or not m.adaptive:
+        return LCInput(released=rest, final=final, fixed_queries=m.count)
+    if m.additive:
+        return LCInput(released=rest, final=final)
+    return LCInput(
+        released=m,
+        final=None,
+        note="adaptive Gaussian queries not accumulated additively: joint release",
+    )
+
+
+def _dp_sgd_input(m: DPSGD) -> LCInput:
+    segments = m.segments()
+    last = segments[-1]
+    coef, why = _last_gradient_coefficient(m, last)
+    if coef is None:
+        return LCInput(released=m, final=None, heuristic=m.heuristic, note=why)
+    if last.groups is None:
+        assert last.noise_multiplier is not None and last.clipping_norm is not None
+        noise = last.noise_multiplier * last.clipping_norm
+    else:
+        noise = min(g.noise_multiplier * g.clipping_norm for g in last.groups)
+    final = FinalStep(last.sampling_rate, coef * last.total_clipping_norm, coef * noise)
+    return LCInput(released=without_last_step(m), final=final, heuristic=m.heuristic)
+
+
+def _last_gradient_coefficient(m: DPSGD, last: Segment) -> tuple[float | None, str | None]:
+    if m.optimizer not in ("sgd", "sgd_momentum"):
+        return None, (
+            f"optimizer {m.optimizer!r}: the last gradient enters the weights non-linearly, "
+            "accounted as the joint release"
+        )
+    if last.learning_rate is None:
+        return None, "no learning_rate at the last step: accounted as the joint release"
+    if m.optimizer == "sgd":
+        return last.learning_rate, None
+    if m.momentum is None:
+        return None, "momentum SGD without its momentum value: accounted as the joint release"
+    if m.nesterov:
+        return last.learning_rate * (1.0 + m.momentum), None
+    return last.learning_rate * (1.0 - m.dampening), None
+
+
+def without_last_step(m: DPSGD) -> DPSGD | None:
+    """The run's first T - 1 steps (None for a one-step run)."""
+    segments = m.segments()
+    last = segments[-1]
+    head = segments[:-1] + ([last.model_copy(update={"steps": last.steps - 1})] * (last.steps > 1))
+    if not head:
+        return None
+    fields = m.model_dump(include={"sampling", "accept_poisson_approximation", "optimizer"})
+    fields.update(m.model_dump(include={"momentum", "dampening", "nesterov"}))
+    return DPSGD(type="dp_sgd", schedule=head, **fields)
+
+
+def gdp_mu(mechanism: Mechanism | None) -> float | None:
+    """mu when the mechanism is exactly a composition of Gaussian mechanisms (mu-GDP);
+    None otherwise. DP-SGD with q = 1 everywhere, and Gaussian releases."""
+    if mechanism is None:
+        return 0.0
+    if isinstance(mechanism, Gaussian):
+        return math.sqrt(mechanism.count) / mechanism.sigma
+    if isinstance(mechanism, DPSGD):
+        segs = mechanism.segments()
+        if mechanism.heuristic or any(s.sampling_rate < 1.0 for s in segs):
+            return None
+        return math.sqrt(sum(s.steps / s.effective_noise_multiplier**2 for s in segs))
+    return None
+
+
+@dataclass
+class LCAccountant:
+    """The LC certificate of a fixed set of inputs for any weights on them.
+
+    ``released`` holds the profile of each input's ``released`` mechanism (None where
+    there is none); part (a) does not depend on the weights and is composed once.
+    """
+
+    inputs: list[LCInput]
+    released: list[PrivacyProfile | None]
+    delta: float
+    discretization: float = DEFAULT_DISCRETIZATION
+    _cache: dict[str, object] = field(default_factory=dict, repr=False)
 
     @property
-    def steps(self) -> int:
-        return sum(n for n, _ in self.segments)
-
-
-def lc_structure(mechanism: Mechanism) -> LCStructure | None:
-    """The DP-SGD structure LC accounting needs, or None when there is none to use.
-
-    Raises ``Unsupported`` when the mechanism is DP-SGD but the analysis cannot
-    cover it (an adaptive optimizer, no learning rate). ``gaussian`` is the mean
-    estimation case (section 4.1): count steps with q = 1, lr = 1, C = sensitivity.
-    """
-    if isinstance(mechanism, Gaussian):
-        return LCStructure(
-            ((mechanism.count, StepParams(1.0, mechanism.sigma, mechanism.sensitivity, 1.0)),)
+    def heuristic(self) -> bool:
+        return any(i.heuristic for i in self.inputs) or any(
+            p is not None and p.heuristic for p in self.released
         )
-    if not isinstance(mechanism, DPSGD):
-        return None
-    if mechanism.optimizer not in LC_OPTIMIZERS:
-        raise Unsupported(
-            f"optimizer {mechanism.optimizer!r}: linear-combination accounting (Theorem 6.2) "
-            "covers plain SGD only; random selection still applies"
-        )
-    segments = []
-    for seg in mechanism.segments():
-        if seg.groups is not None:
-            return None  # per-group clipping: no 1-D reduction, joint release instead
-        if seg.learning_rate is None:
-            raise Unsupported(
-                "linear-combination accounting needs each step's learning_rate "
-                "(the merged update weighs models by lambda * lr * C)"
-            )
-        assert seg.noise_multiplier is not None and seg.clipping_norm is not None
-        segments.append(
-            (
-                seg.steps,
-                StepParams(
-                    seg.sampling_rate, seg.noise_multiplier, seg.clipping_norm, seg.learning_rate
-                ),
-            )
-        )
-    return LCStructure(tuple(segments), heuristic=mechanism.heuristic)
 
+    @property
+    def uses_final_step(self) -> bool:
+        return any(i.final is not None for i in self.inputs)
 
-_VIRTUAL = StepParams(0.0, 0.0, 0.0, 0.0)
+    def epsilon(self, lam: NDArray, accountant: str) -> float:
+        """Epsilon at ``delta`` under 'rdp' or 'pld' for weights ``lam`` (>= 0)."""
+        lam = np.asarray(lam, dtype=np.float64)
+        mu = self._gdp(lam)
+        if mu is not None:
+            if accountant == "rdp":
+                return eps_from_rdp(ORDERS, ORDERS * mu * mu / 2.0, self.delta)
+            return gaussian_epsilon(mu, self.delta)
+        if accountant == "rdp" or not self._has_pld():
+            return eps_from_rdp(ORDERS, self._joint_rdp() + self._step_rdp(lam), self.delta)
+        return self._pld_epsilon(lam)
 
+    def joint_epsilon(self, accountant: str) -> float:
+        """Epsilon of part (a) alone: a lower bound on every certificate of this set."""
+        return self.epsilon(np.zeros(len(self.inputs)), accountant)
 
-def joint_steps(structures: list[LCStructure]) -> list[tuple[int, tuple[StepParams, ...]]]:
-    """Distinct joint steps (one StepParams per model) and how often each occurs.
+    # ---- part (b): the merged final step --------------------------------------
 
-    Runs are aligned step by step; a model past its last step contributes a virtual
-    step (q = 0, no noise). Composition is commutative, so equal joint steps are
-    counted together wherever they occur.
-    """
-    total = max(s.steps for s in structures)
-    bounds = {0, total}
-    for s in structures:
-        pos = 0
-        for n, _ in s.segments:
-            pos += n
-            bounds.add(pos)
-    cuts = sorted(bounds)
-    counts: dict[tuple[StepParams, ...], int] = {}
-    for start, stop in itertools.pairwise(cuts):
-        key = tuple(_params_at(s, start) for s in structures)
-        counts[key] = counts.get(key, 0) + (stop - start)
-    return [(n, key) for key, n in counts.items()]
+    def _finals(self, lam: NDArray) -> tuple[NDArray, NDArray, NDArray]:
+        q, shift, noise = [], [], []
+        for w, inp in zip(lam, self.inputs, strict=True):
+            if inp.final is not None and w > 0:
+                q.append(inp.final.q)
+                shift.append(w * inp.final.shift)
+                noise.append(w * inp.final.noise)
+        return np.array(q), np.array(shift), np.array(noise)
 
-
-def _params_at(structure: LCStructure, step: int) -> StepParams:
-    pos = 0
-    for n, params in structure.segments:
-        if step < pos + n:
-            return params
-        pos += n
-    return _VIRTUAL
-
-
-def _step_mixture_inputs(params: tuple[StepParams, ...], lam: NDArray) -> tuple[NDArray, NDArray]:
-    """(q, a) of one merged step: a_i = lambda_i lr_i C_i / s, s^2 = sum (lambda lr sigma C)^2."""
-    q = np.array([p.q for p in params])
-    w = np.array([lam[i] * p.lr * p.clip for i, p in enumerate(params)])
-    noise = np.array([lam[i] * p.lr * p.sigma * p.clip for i, p in enumerate(params)])
-    s = math.sqrt(float(np.sum(noise**2)))
-    active = (q > 0) & (w > 0)
-    if not np.any(active):
-        return np.zeros(0), np.zeros(0)
-    if s == 0:
-        raise Unsupported("a merged step has no noise: its privacy loss is unbounded")
-    return q[active], w[active] / s
-
-
-def lc_rdp(
-    structures: list[LCStructure], lam: NDArray, orders: NDArray = ORDERS
-) -> NDArray[np.float64]:
-    """Algorithm 3 (Theorem 6.2 summed over steps), both directions: each direction's
-    per-step divergences are summed and the larger total is kept (with the profiles'
-    rounding margin)."""
-    forward = np.zeros(orders.shape)
-    reverse = np.zeros(orders.shape)
-    for count, params in joint_steps(structures):
-        q, a = _step_mixture_inputs(params, lam)
+    def _step_mixture(self, lam: NDArray) -> Mixture | None:
+        q, shift, noise = self._finals(lam)
         if q.shape[0] == 0:
-            continue
-        f, r = mixture_rdp(lc_mixture(q, a), orders)
-        forward += count * f
-        reverse += count * r
-    return np.maximum(forward, reverse) * (1.0 + RDP_SAFETY)
+            return None
+        s = math.sqrt(float(np.sum(noise**2)))
+        return merged_step_mixture(q, shift / s)
 
+    def _step_rdp(self, lam: NDArray) -> NDArray:
+        mix = self._step_mixture(lam)
+        if mix is None:
+            return np.zeros(ORDERS.shape)
+        forward, reverse = mixture_rdp(mix, ORDERS)
+        return np.maximum(forward, reverse) * (1.0 + RDP_SAFETY)
 
-def lc_rdp_epsilon(structures: list[LCStructure], lam: NDArray, delta: float) -> float:
-    return eps_from_rdp(ORDERS, lc_rdp(structures, lam), delta)
+    # ---- part (a) and the composition -----------------------------------------
 
+    def _joint_rdp(self) -> NDArray:
+        if "rdp" not in self._cache:
+            total = np.zeros(ORDERS.shape)
+            for p in self.released:
+                if p is not None:
+                    total = total + p.rdp_at(ORDERS)
+            self._cache["rdp"] = total
+        return self._cache["rdp"]  # type: ignore[return-value]
 
-def lc_pld(structures: list[LCStructure], lam: NDArray, discretization: float) -> PldPair:
-    """Algorithm 4 (Theorem 6.4 and Corollary 6.5): per distinct joint step the surrogate
-    mixture PLD, self-composed by FFT as often as it occurs, then composed."""
-    total = None
-    for count, params in joint_steps(structures):
-        q, a = _step_mixture_inputs(params, lam)
-        if q.shape[0] == 0:
-            continue
-        pld = mixture_pld(lc_mixture(q, a), discretization).self_compose(count)
-        total = pld if total is None else total.compose(pld)
-    if total is None:
-        from dp_accounting.pld import privacy_loss_distribution as pldlib
+    def _has_pld(self) -> bool:
+        return all(p is None or p.pld is not None for p in self.released)
 
-        total = pldlib.identity(discretization)
-    return PldPair.from_pld(total)
+    def _joint_pld(self) -> PldPair | None:
+        if "pld" not in self._cache:
+            pair: PldPair | None = None
+            for p in self.released:
+                if p is not None and p.pld is not None:
+                    pair = p.pld if pair is None else pair.compose(p.pld)
+            self._cache["pld"] = pair
+        return self._cache["pld"]  # type: ignore[return-value]
 
+    def _pld_epsilon(self, lam: NDArray) -> float:
+        joint = self._joint_pld()
+        mix = self._step_mixture(lam)
+        if mix is None:
+            return joint.epsilon(self.delta) if joint is not None else 0.0
+        disc = joint.discretization if joint is not None else self.discretization
+        step = PldPair.from_pld(mixture_pld(mix, disc))
+        total = step if joint is None else joint.compose(step)
+        return total.epsilon(self.delta)
 
-def lc_pld_epsilon(
-    structures: list[LCStructure], lam: NDArray, delta: float, discretization: float
-) -> float:
-    """Algorithm 4's epsilon. When every merged step is one Gaussian (q = 1 for all models,
-    the mean-estimation case) their composition is the Gaussian N(mu, 1) with
-    mu^2 = sum count * A^2, whose curve is exact (no discretisation needed)."""
-    mu_sq = 0.0
-    for count, params in joint_steps(structures):
-        q, a = _step_mixture_inputs(params, lam)
-        if q.shape[0] == 0:
-            continue
+    def _gdp(self, lam: NDArray) -> float | None:
+        """mu when the whole certificate is exactly Gaussian (fixed queries, or every
+        part a Gaussian mechanism and every final step taken with q = 1)."""
+        if all(i.fixed_queries > 0 for i in self.inputs):
+            return fixed_queries_mu(self.inputs, lam)
+        mus = [gdp_mu(i.released) for i in self.inputs]
+        if any(m is None for m in mus):
+            return None
+        q, shift, noise = self._finals(lam)
         if np.any(q < 1.0):
-            return lc_pld(structures, lam, discretization).epsilon(delta)
-        mu_sq += count * float(np.sum(a)) ** 2
-    return gaussian_epsilon(math.sqrt(mu_sq), delta)
+            return None
+        total = sum(m * m for m in mus if m is not None)
+        if q.shape[0]:
+            total += float(shift.sum()) ** 2 / float(np.sum(noise**2))
+        return math.sqrt(total)
+
+
+def largest_gaussian_mu(epsilon: float, delta: float, accountant: str) -> float:
+    """The largest mu whose Gaussian curve meets (epsilon, delta) under ``accountant``
+    (bisection on the monotone curve, kept on the feasible side)."""
+    lo, hi = 0.0, 1.0
+
+    def ok(mu: float) -> bool:
+        if accountant == "rdp":
+            return eps_from_rdp(ORDERS, ORDERS * mu * mu / 2.0, delta) <= epsilon
+        return gaussian_epsilon(mu, delta) <= epsilon
+
+    while ok(hi):
+        lo, hi = hi, hi * 2
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    return lo
+
+
+def fixed_queries_mu(inputs: list[LCInput], lam: NDArray) -> float:
+    counts = sorted({i.fixed_queries for i in inputs})
+    total, previous = 0.0, 0
+    for k in counts:
+        live = [(w, i.final) for w, i in zip(lam, inputs, strict=True) if i.fixed_queries >= k]
+        shift = sum(w * f.shift for w, f in live if f is not None and w > 0)
+        var = sum((w * f.noise) ** 2 for w, f in live if f is not None and w > 0)
+        if shift > 0:
+            total += (k - previous) * shift * shift / var
+        previous = k
+    return math.sqrt(total)
+
+
+def released_profile(inp: LCInput, full: PrivacyProfile) -> PrivacyProfile | None:
+    """The profile of ``inp.released``: the model's own when it is the whole model,
+    otherwise computed here (callers that cache profiles pass their own instead)."""
+    if inp.released is None:
+        return None
+    if inp.final is None:
+        return full
+    disc = float(full.parameters.get("discretization", DEFAULT_DISCRETIZATION))
+    return compute_profile(inp.released, discretization=disc)
 
 
 # ---- Theorem 6.1: the joint release ---------------------------------------------

@@ -184,6 +184,12 @@ class DPSGD(_Record):
     learning_rate: PositiveFloat | None = None
     schedule: list[Segment] | None = Field(default=None, min_length=1, max_length=100_000)
     per_step: PerStep | None = None
+    #: Momentum SGD (``optimizer: "sgd_momentum"``), PyTorch's convention:
+    #: v_t = beta v_(t-1) + (1 - dampening) g_t; the step is lr v_t, or lr (g_t + beta v_t)
+    #: with ``nesterov``. Linear combination needs these to weigh the last gradient.
+    momentum: Annotated[float, Field(ge=0, lt=1)] | None = None
+    dampening: Annotated[float, Field(ge=0, lt=1)] = 0.0
+    nesterov: bool = False
 
     @model_validator(mode="after")
     def _one_spelling(self) -> DPSGD:
@@ -206,6 +212,11 @@ class DPSGD(_Record):
             )
         if self.accept_poisson_approximation and self.sampling == "poisson":
             raise ValueError("accept_poisson_approximation applies only to sampling 'shuffle'")
+        momentum_fields = self.momentum is not None or self.dampening or self.nesterov
+        if momentum_fields and self.optimizer != "sgd_momentum":
+            raise ValueError("momentum, dampening and nesterov apply to optimizer 'sgd_momentum'")
+        if self.nesterov and self.dampening:
+            raise ValueError("nesterov momentum requires dampening 0 (as in PyTorch)")
         return self
 
     def segments(self) -> list[Segment]:
@@ -252,6 +263,12 @@ class DPSGD(_Record):
         }
         if self.accept_poisson_approximation:
             out["accept_poisson_approximation"] = True
+        if self.momentum is not None:
+            out["momentum"] = self.momentum
+        if self.dampening:
+            out["dampening"] = self.dampening
+        if self.nesterov:
+            out["nesterov"] = True
         return out
 
 
@@ -267,11 +284,21 @@ class Gaussian(_Record):
     noise_std: PositiveFloat | None = None
     noise_multiplier: PositiveFloat | None = None
     count: Steps = 1
+    #: Whether later queries may depend on earlier answers (the default, and the safe
+    #: reading). ``False``: the ``count`` queries were fixed in advance (the mean
+    #: estimation of section 4.1), which linear combination accounts exactly.
+    adaptive: bool = True
+    #: The model is the running sum of its noisy answers (each answer enters its
+    #: weights additively, as a gradient step does): linear combination then uses the
+    #: DP-SGD rule with q = 1. Meaningful only with ``adaptive``.
+    additive: bool = False
 
     @model_validator(mode="after")
     def _one_noise(self) -> Gaussian:
         if (self.noise_std is None) == (self.noise_multiplier is None):
             raise ValueError("give exactly one of noise_std or noise_multiplier")
+        if self.additive and not self.adaptive:
+            raise ValueError("additive applies to adaptive queries only (adaptive: true)")
         return self
 
     @property
@@ -290,12 +317,18 @@ class Gaussian(_Record):
         return self.noise_multiplier * self.sensitivity
 
     def canonical(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "type": self.type,
             "sensitivity": self.sensitivity,
             "noise_std": self.std,
             "count": self.count,
         }
+        # Defaults are left out so records written before these fields hash as before.
+        if not self.adaptive:
+            out["adaptive"] = False
+        if self.additive:
+            out["additive"] = True
+        return out
 
 
 class BalancedIterationSubsampling(_Record):

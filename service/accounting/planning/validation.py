@@ -18,15 +18,14 @@ from itertools import combinations
 import numpy as np
 from numpy.typing import NDArray
 
-from service.accounting.planning import (
-    MAX_SUBSET_MODELS,
+from service.accounting.planning.joint import joint
+from service.accounting.planning.lc import lc_candidates
+from service.accounting.planning.types import (
     Candidate,
     Evaluate,
     Plan,
     PlanRequestSpec,
-    _infeasible,
-    _joint,
-    lc_candidates,
+    infeasible,
     noise_variance,
 )
 from service.errors import Unsupported
@@ -35,6 +34,8 @@ from service.errors import Unsupported
 EVALUATION_BUDGET = 120
 #: Largest feasible subsets searched.
 MAX_SUBSETS = 4
+#: The subset enumeration is exponential: at most this many models.
+MAX_SUBSET_MODELS = 12
 
 
 def plan_validation(
@@ -58,7 +59,7 @@ def plan_validation(
         )
     subsets, min_seen = maximal_feasible_subsets(kept, spec)
     if not subsets:
-        raise _infeasible(spec, min_seen, "no set of models (joint release)")
+        raise infeasible(spec, min_seen, "no set of models (joint release)")
     variances = np.array([noise_variance(c.mechanism) or 0.0 for c in kept])
     search = _Search(kept, evaluate, variances)
     best: tuple[tuple[float, float], NDArray, list[int], float, str] | None = None
@@ -106,7 +107,7 @@ def maximal_feasible_subsets(
             s = frozenset(idx)
             if any(bad <= s for bad in infeasible):
                 continue
-            eps, used = _joint(spec, [kept[i].profile for i in idx])
+            eps, used = joint(spec, [kept[i].profile for i in idx])
             min_seen = min(min_seen, eps)
             if eps <= spec.epsilon:
                 feasible.append((list(idx), eps, used))

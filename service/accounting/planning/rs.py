@@ -1,0 +1,192 @@
+"""Random selection plans: Algorithms 1 and 2 of papers/dp-model-merging.txt.
+
+Theorems 5.1 and 5.2 hold for a selection distribution pi fixed independently of the
+models. pi chosen from the models' own metrics is a function of every model read, so
+objective 'metric' with ``metric_source: "models"`` is bounded by the joint release of
+every model whose metric was read (Theorem 6.1); ``"prior"`` (numbers fixed without
+these models' outputs on private data) keeps Theorems 5.1/5.2, and the plan says so.
+The default objective, 'noise', reads the mechanisms only.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numpy.typing import NDArray
+
+from service.accounting import random_selection as rs
+from service.accounting.conversions import ORDERS
+from service.accounting.curves import chord_upper_bound_rows
+from service.accounting.planning.joint import joint
+from service.accounting.planning.types import (
+    Candidate,
+    Plan,
+    PlanRequestSpec,
+    infeasible,
+    noise_variance,
+    score,
+)
+from service.errors import InvalidInput, Unsupported
+
+PRIOR_NOTE = (
+    "metric_source 'prior': the caller states the metrics were fixed without these "
+    "models' outputs on private data (a public proxy run, a hyper-parameter table); "
+    "Theorems 5.1/5.2 hold only under that assumption"
+)
+
+
+def metric_values(
+    candidates: list[Candidate], spec: PlanRequestSpec
+) -> tuple[list[Candidate], NDArray, list[str]]:
+    """The models that carry the metric and their values, signed so larger is better."""
+    if not spec.metric:
+        raise InvalidInput("objective 'metric' needs a metric name (or a dataset metric)")
+    if spec.metric_goal not in ("max", "min"):
+        raise InvalidInput(
+            f"objective 'metric' needs metric_goal 'max' or 'min' for {spec.metric!r} "
+            "(the direction is never guessed from the name)"
+        )
+    keep = [c for c in candidates if spec.metric in c.metrics]
+    notes = []
+    if len(keep) < len(candidates):
+        notes.append(
+            f"{len(candidates) - len(keep)} model(s) without metric {spec.metric!r} left out"
+        )
+    if not keep:
+        raise Unsupported(f"no candidate model has metric {spec.metric!r}")
+    sign = 1.0 if spec.metric_goal == "max" else -1.0
+    return keep, np.array([sign * c.metrics[spec.metric] for c in keep]), notes
+
+
+def noise_values(candidates: list[Candidate]) -> tuple[list[Candidate], NDArray, list[str]]:
+    pairs = [(c, noise_variance(c.mechanism)) for c in candidates]
+    keep = [c for c, v in pairs if v is not None]
+    notes = []
+    if len(keep) < len(candidates):
+        notes.append(
+            f"{len(candidates) - len(keep)} model(s) with no known noise (no learning rate "
+            "or no DP-SGD/Gaussian metadata) left out of the noise objective"
+        )
+    if not keep:
+        raise Unsupported("no candidate model can be scored by objective 'noise'")
+    return keep, np.array([-(v or 0.0) for _, v in pairs if v is not None]), notes
+
+
+def plan_rs(candidates: list[Candidate], spec: PlanRequestSpec, objective: str) -> Plan:
+    if objective == "metric":
+        keep, utility, notes = metric_values(candidates, spec)
+        if spec.metric_source == "models":
+            return _rs_scored_by_models(keep, utility, spec, notes)
+        notes.append(PRIOR_NOTE)
+    else:
+        keep, utility, notes = noise_values(candidates)
+    plans: list[Plan] = []
+    mins: list[float] = []
+    for acc in spec.accountants():
+        plan, min_eps = _rs_one(keep, utility, spec, acc, objective)
+        mins.append(min_eps)
+        if plan is not None:
+            plans.append(plan)
+    if not plans:
+        raise infeasible(spec, min(mins), "random selection")
+    best = max(plans, key=lambda p: (score(p), -p.epsilon))
+    best.notes = notes + best.notes
+    if any(c.profile.heuristic for c in keep if best.weights.get(c.id)):
+        best.heuristic = True
+        best.notes.append("a selected model's profile is heuristic (shuffled batches)")
+    return best
+
+
+def _rs_scored_by_models(
+    keep: list[Candidate], utility: NDArray, spec: PlanRequestSpec, notes: list[str]
+) -> Plan:
+    """pi read from the models' own metrics: a function of every model read, so the
+    bound is their joint release, whatever pi is; the best model then costs no more."""
+    eps, used = joint(spec, [c.profile for c in keep])
+    if eps > spec.epsilon:
+        raise infeasible(
+            spec,
+            eps,
+            f"selection by metric {spec.metric!r} read from {len(keep)} model(s) (bounded "
+            "by their joint release; use metric_source 'prior' for metrics fixed without "
+            "these models, or name fewer models)",
+        )
+    best = int(np.argmax(utility))
+    value = float(utility[best])
+    return Plan(
+        method="rs",
+        accountant=used,  # type: ignore[arg-type]
+        weights={keep[best].id: 1.0},
+        epsilon=eps,
+        delta=spec.delta,
+        objective="metric",
+        objective_value=value,
+        expected_utility=value if spec.metric_goal == "max" else -value,
+        bound="Theorem 6.1 (joint release of every model whose metric was read)",
+        notes=[
+            *notes,
+            f"metric_source 'models': the selection reads {len(keep)} model(s)' metrics, so "
+            "it is bounded by their joint release and exposes all of them",
+        ],
+        heuristic=any(c.profile.heuristic for c in keep),
+        exposed=sorted(c.id for c in keep),
+    )
+
+
+def _rs_one(
+    keep: list[Candidate], utility: NDArray, spec: PlanRequestSpec, acc: str, objective: str
+) -> tuple[Plan | None, float]:
+    """One accountant's RS plan, or (None, smallest reachable epsilon)."""
+    if acc == "rdp":
+        rdp = np.array([c.profile.rdp_at(ORDERS) for c in keep])
+        result = rs.plan_rs_rdp(utility, rdp, ORDERS, spec.epsilon, spec.delta)
+        if result is None:
+            return None, rs.min_epsilon_rs_rdp(rdp, ORDERS, spec.delta)
+        achieved = rs.rs_rdp_epsilon(result.pi, rdp, ORDERS, spec.delta)
+        bound = "Theorem 5.1 (RS, RDP; Algorithm 1)"
+    else:
+        at = curves_at(keep)
+        # At the target itself use each profile's exact deltas (the tabulated curves are
+        # upper bounds a hair above them): a model that meets the target alone must be
+        # feasible here. The curves serve the bisections below.
+        exact = [c.profile.delta_directions(spec.epsilon) for c in keep]
+        remove = np.array([d[0] for d in exact])
+        add = np.array([d[1] for d in exact])
+        result = rs.plan_rs_pld(utility, remove, add, spec.delta)
+        if result is None:
+            return None, rs.min_epsilon_rs_pld(at, spec.delta)
+        used = result.pi > 0
+        at_used = curves_at([c for c, u in zip(keep, used, strict=True) if u])
+        # checked exactly at the target above; the curves may place it a hair higher
+        achieved = min(rs.rs_pld_epsilon(result.pi[used], at_used, spec.delta), spec.epsilon)
+        bound = "Theorem 5.2 (RS, PLD; Algorithm 2)"
+    weights = {c.id: float(w) for c, w in zip(keep, result.pi, strict=True) if w > 0}
+    value = float(result.pi @ utility)
+    expected = None
+    if objective == "metric":
+        expected = value if spec.metric_goal == "max" else -value
+    return (
+        Plan(
+            method="rs",
+            accountant=acc,  # type: ignore[arg-type]
+            weights=weights,
+            epsilon=min(achieved, spec.epsilon),
+            delta=spec.delta,
+            objective=objective,  # type: ignore[arg-type]
+            objective_value=value if objective == "metric" else -value,
+            expected_utility=expected,
+            bound=bound,
+        ),
+        math.inf,
+    )
+
+
+def curves_at(keep: list[Candidate]) -> rs.DeltaAt:
+    remove = np.stack([c.profile.curves.remove for c in keep])
+    add = np.stack([c.profile.curves.add for c in keep])
+
+    def at(eps: float) -> tuple[NDArray, NDArray]:
+        return chord_upper_bound_rows(remove, eps), chord_upper_bound_rows(add, eps)
+
+    return at

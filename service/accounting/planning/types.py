@@ -1,0 +1,112 @@
+"""What plans take and give: candidates, the request, the plan, shared helpers."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from service.accounting.conversions import round_up
+from service.accounting.mechanisms import DPSGD, Gaussian, Mechanism
+from service.accounting.profiles import PrivacyProfile
+from service.errors import InfeasibleTarget
+
+Method = Literal["rs", "lc", "auto", "checkpoint_average"]
+AccountantName = Literal["rdp", "pld", "best"]
+Objective = Literal["metric", "noise", "validation"]
+MetricSource = Literal["models", "prior"]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    id: str
+    mechanism: Mechanism
+    profile: PrivacyProfile
+    metrics: dict[str, float] = field(default_factory=dict)
+    run_id: str | None = None
+    step: int | None = None
+    signature_hash: str = ""
+    #: profile of the part of the model LC composes jointly (the run before its last
+    #: step), when the caller has it cached; computed on demand otherwise
+    released_profile: PrivacyProfile | None = None
+
+
+@dataclass
+class Plan:
+    method: Literal["rs", "lc", "checkpoint_average"]
+    accountant: Literal["rdp", "pld"]
+    weights: dict[str, float]
+    epsilon: float
+    delta: float
+    objective: Objective
+    objective_value: float | None
+    expected_utility: float | None
+    bound: str
+    notes: list[str] = field(default_factory=list)
+    heuristic: bool = False
+    #: models the release reveals beyond those with weight (weights or a selection
+    #: chosen by reading models: every model read)
+    exposed: list[str] | None = None
+    #: the paper's per-step LC composition for these weights: a labelled comparison,
+    #: never a guarantee (it holds only if gradients do not depend on hidden state)
+    paper_epsilon: float | None = None
+
+
+#: Accuracy of sum_i w_i theta_i on the dataset's public validation split, by model id.
+Evaluate = Callable[[dict[str, float]], float]
+
+
+@dataclass(frozen=True)
+class PlanRequestSpec:
+    epsilon: float
+    delta: float
+    method: Method = "auto"
+    accountant: AccountantName = "best"
+    objective: Objective | None = None
+    metric: str | None = None
+    metric_goal: Literal["max", "min"] | None = None
+    metric_source: MetricSource = "models"
+    strict: bool = False  # the caller named the candidates: refuse rather than drop
+    run_id: str | None = None  # checkpoint_average: the run
+    last_k: int = 3  # checkpoint_average: how many of its latest checkpoints
+    ema_decay: float | None = None  # checkpoint_average: EMA weights instead of uniform
+
+    def accountants(self) -> tuple[str, ...]:
+        return ("rdp", "pld") if self.accountant == "best" else (self.accountant,)
+
+
+def noise_variance(mechanism: Mechanism) -> float | None:
+    """Variance of the noise a run added to its weights: sum_t (lr sigma C)^2 (Gaussian:
+    count * std^2). None when the mechanism does not say (no learning rate, not DP-SGD).
+    Reads the mechanism only, never the model."""
+    if isinstance(mechanism, Gaussian):
+        return float(mechanism.count * mechanism.std**2)
+    if isinstance(mechanism, DPSGD):
+        total = 0.0
+        for seg in mechanism.segments():
+            if seg.learning_rate is None:
+                return None
+            noise = seg.effective_noise_multiplier * seg.total_clipping_norm
+            total += seg.steps * (seg.learning_rate * noise) ** 2
+        return total
+    return None
+
+
+def score(plan: Plan) -> float:
+    """Higher is better: expected metric, or minus the merged noise variance."""
+    value = plan.objective_value if plan.objective_value is not None else -math.inf
+    return value if plan.objective == "metric" else -value
+
+
+def infeasible(spec: PlanRequestSpec, min_eps: float, what: str) -> InfeasibleTarget:
+    shown = None if not math.isfinite(min_eps) else round_up(min_eps)
+    reach = (
+        f"the smallest epsilon reachable at delta={spec.delta} is {shown}"
+        if shown is not None
+        else f"no epsilon is reachable at delta={spec.delta}"
+    )
+    return InfeasibleTarget(
+        f"{what} cannot meet epsilon={spec.epsilon} at delta={spec.delta}: {reach}",
+        min_epsilon=shown,
+    )
