@@ -150,13 +150,23 @@ class PlanRequest(_In):
     )
     metric: Annotated[str, StringConstraints(min_length=1, max_length=100)] | None = None
     metric_goal: Literal["max", "min"] | None = Field(
-        default=None, description="default: 'min' for names like loss/error, else 'max'"
+        default=None,
+        description="required with objective 'metric': whether larger or smaller is better "
+        "(never guessed from the name)",
+    )
+    metric_source: Literal["models", "prior"] = Field(
+        default="models",
+        description="objective 'metric': 'models' (the metrics were computed from these "
+        "models: the selection is bounded by the joint release of every model read, and "
+        "exposes them) or 'prior' (fixed without these models' outputs on private data, "
+        "e.g. a public proxy run: Theorems 5.1/5.2 apply under that stated assumption)",
     )
     objective: Literal["metric", "noise", "validation"] | None = Field(
         default=None,
-        description="rs: 'metric' when a metric is known, else 'noise'; lc and auto: 'noise'. "
-        "'validation' (lc, auto): weights chosen by accuracy on the dataset's public "
-        "validation split, guaranteed by the joint release of the models scored",
+        description="default 'noise' (reads the mechanisms only; 'metric' when a metric is "
+        "named with method rs). 'validation' (lc, auto): weights chosen by accuracy on the "
+        "dataset's public validation split, guaranteed by the joint release of the models "
+        "scored",
     )
     run_id: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = Field(
         default=None, description="checkpoint_average: the run whose checkpoints to average"
@@ -191,6 +201,12 @@ class PlanPublic(BaseModel):
     )
     heuristic: bool
     notes: list[str]
+    paper_epsilon: float | None = Field(
+        default=None,
+        description="LC only, a labelled comparison: the paper's per-step composition for "
+        "these weights. It holds only if gradients do not depend on hidden state, which "
+        "DP-SGD does not guarantee; it is never the plan's epsilon",
+    )
 
 
 class JobPublic(BaseModel):
@@ -346,3 +362,10 @@ class GuaranteePublic(BaseModel):
     accountant: str = Field(description="the accountant that gave epsilon")
     by_accountant: dict[str, float | None]
     bound: str
+    heuristic: bool = False
+    notes: list[str] = Field(default_factory=list, description="what the bound assumes")
+    paper_epsilon: float | None = Field(
+        default=None,
+        description="LC only, a labelled comparison: the paper's per-step composition, "
+        "which holds only if gradients do not depend on hidden state; never a guarantee",
+    )

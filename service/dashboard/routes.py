@@ -282,7 +282,7 @@ def model_weights(model_id: str, request: Request, ctx: ContextDep, who: Viewer)
 
 def _candidates(session: Session, ctx: AppContext, dataset_id: str) -> tuple[list[Any], dict]:
     rows = candidate_rows(session=session, dataset_id=dataset_id, model_ids=None)
-    return candidates_from(rows, ctx.jobs), {m.id: m.name for m in rows}
+    return candidates_from(rows, ctx.jobs, for_lc=True), {m.id: m.name for m in rows}
 
 
 @router.get("/datasets/{dataset_id}/explorer", response_class=HTMLResponse)

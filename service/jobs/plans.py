@@ -17,7 +17,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.accounting.guarantees import Guarantee, guarantee
-from service.accounting.mechanisms import canonical_json, parse_mechanism
+from service.accounting.linear_combination import lc_input
+from service.accounting.mechanisms import Mechanism, canonical_json, parse_mechanism
 from service.accounting.planning import Candidate, Evaluate, Plan, PlanRequestSpec, make_plan
 from service.errors import InvalidInput, NotFound, StorageError, Unsupported
 from service.jobs.lru import Lru
@@ -57,32 +58,61 @@ def candidate_rows(
     )
 
 
-def candidates_from(rows: list[Model], jobs: Jobs) -> list[Candidate]:
-    """Candidates with their profiles (``ProfilesPending`` while any is computed)."""
+def candidates_from(rows: list[Model], jobs: Jobs, *, for_lc: bool = False) -> list[Candidate]:
+    """Candidates with their profiles (``ProfilesPending`` while any is computed).
+
+    ``for_lc``: also the profile of what LC composes jointly for each model (its run
+    before the last step), through the same cache and workers as every profile."""
     mechanisms = [parse_mechanism(row.mechanism) for row in rows]
-    profiles = profiles_or_pending(
-        jobs, [(f"model {row.id!r}", m) for row, m in zip(rows, mechanisms, strict=True)]
-    )
+    items = [(f"model {row.id!r}", m) for row, m in zip(rows, mechanisms, strict=True)]
+    prefixes: dict[int, int] = {}
+    if for_lc:
+        for i, (row, m) in enumerate(zip(rows, mechanisms, strict=True)):
+            released = lc_released(m)
+            if released is not None:
+                prefixes[i] = len(items)
+                items.append((f"model {row.id!r} before its last step", released))
+    profiles = profiles_or_pending(jobs, items)
     return [
         Candidate(
             id=row.id,
             mechanism=mechanism,
-            profile=profile,
+            profile=profiles[i],
             metrics={k: float(v) for k, v in (row.metrics or {}).items()},
             run_id=row.lineage_run_id,
             step=row.lineage_step,
             signature_hash=row.signature_hash,
+            released_profile=profiles[prefixes[i]] if i in prefixes else None,
         )
-        for row, mechanism, profile in zip(rows, mechanisms, profiles, strict=True)
+        for i, (row, mechanism) in enumerate(zip(rows, mechanisms, strict=True))
     ]
 
 
+def lc_released(mechanism: Mechanism) -> Mechanism | None:
+    """The mechanism LC composes jointly for a model (its run before the last step), when
+    that is not the model's own mechanism."""
+    try:
+        inp = lc_input(mechanism)
+    except Unsupported:
+        return None
+    return inp.released if inp.final is not None else None
+
+
+def uses_lc(spec: PlanRequestSpec) -> bool:
+    return spec.method in ("lc", "auto") and spec.objective in (None, "noise")
+
+
 def load_candidates(
-    *, session: Session, jobs: Jobs, dataset_id: str, model_ids: list[str] | None
+    *,
+    session: Session,
+    jobs: Jobs,
+    dataset_id: str,
+    model_ids: list[str] | None,
+    for_lc: bool = False,
 ) -> list[Candidate]:
     """The dataset's models (or the named ones, which must all belong to it) with profiles."""
     rows = candidate_rows(session=session, dataset_id=dataset_id, model_ids=model_ids)
-    return candidates_from(rows, jobs)
+    return candidates_from(rows, jobs, for_lc=for_lc)
 
 
 def validation_evaluator(
@@ -135,7 +165,7 @@ def plan_for(
     spec: PlanRequestSpec,
 ) -> Plan:
     dataset = repository.get_dataset(session=session, dataset_id=dataset_id)
-    if spec.metric is None and dataset.metric:
+    if spec.objective == "metric" and spec.metric is None and dataset.metric:
         spec = PlanRequestSpec(**{**spec.__dict__, "metric": dataset.metric})
     rows = candidate_rows(session=session, dataset_id=dataset_id, model_ids=model_ids)
     if spec.objective == "validation":  # scores blobs; not worth caching
@@ -145,7 +175,7 @@ def plan_for(
     key = plan_cache_key(spec, rows)
     plan = PLAN_CACHE.get(key)
     if plan is None:
-        plan = make_plan(candidates_from(rows, jobs), spec)
+        plan = make_plan(candidates_from(rows, jobs, for_lc=uses_lc(spec)), spec)
         PLAN_CACHE.put(key, plan)
     return copy.deepcopy(plan)
 
@@ -178,6 +208,10 @@ def guarantee_for(
     accountants: tuple[str, ...],
 ) -> Guarantee:
     candidates = load_candidates(
-        session=session, jobs=jobs, dataset_id=dataset_id, model_ids=list(weights)
+        session=session,
+        jobs=jobs,
+        dataset_id=dataset_id,
+        model_ids=list(weights),
+        for_lc=method == "lc",
     )
     return guarantee(candidates, [weights[c.id] for c in candidates], method, delta, accountants)

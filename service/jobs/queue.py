@@ -69,6 +69,10 @@ class Jobs(Protocol):
         """The profile if cached (or computed here); else the job computing it."""
         ...
 
+    def warm(self, mechanism: Mechanism) -> None:
+        """Have the profile computed ahead of its first use where that costs no request."""
+        ...
+
     def get(self, job_id: str) -> JobInfo: ...
 
     def submit(self, kind: str, kwargs: dict[str, Any], background: bool = False) -> JobInfo:
@@ -130,6 +134,9 @@ class InProcessJobs:
         job.status, job.ended_at = "finished", datetime.now(UTC)
         job.result = {"mechanism_hash": profile.mechanism_hash, "claims_checked": claims}
         return profile, job
+
+    def warm(self, mechanism: Mechanism) -> None:
+        """Nothing here: a profile in the process is computed on its first use."""
 
     def submit(self, kind: str, kwargs: dict[str, Any], background: bool = False) -> JobInfo:
         """In the process: at once, or on a daemon thread (notifications, which retry)."""
@@ -269,6 +276,10 @@ class RQJobs:
             # Another request holds the lock and is enqueueing this very job right now
             # (or crashed doing so: the lock's expiry heals that).
             return None, JobInfo(id=job_id, kind="profile", status="queued")
+
+    def warm(self, mechanism: Mechanism) -> None:
+        """Queue the profile now, so the first plan that needs it does not wait."""
+        self.profile(mechanism)
 
     def submit(self, kind: str, kwargs: dict[str, Any], background: bool = False) -> JobInfo:
         try:

@@ -28,7 +28,7 @@ from service.accounting.conversions import round_up
 from service.accounting.mechanisms import canonical_json, parse_mechanism
 from service.accounting.planning import Plan, PlanRequestSpec, make_plan
 from service.errors import BudgetExceeded, StorageError
-from service.jobs.plans import candidate_rows, candidates_from, validation_evaluator
+from service.jobs.plans import candidate_rows, candidates_from, uses_lc, validation_evaluator
 from service.jobs.queue import Jobs, profiles_or_pending
 from service.merging.base import MergeInput
 from service.merging.random_selection import draw
@@ -105,6 +105,7 @@ def request_hash(dataset_id: str, spec: PlanRequestSpec, candidate_ids: list[str
         "objective": spec.objective,
         "metric": spec.metric,
         "metric_goal": spec.metric_goal,
+        "metric_source": spec.metric_source,
         "run_id": spec.run_id,
         "last_k": spec.last_k,
         "ema_decay": spec.ema_decay,
@@ -132,11 +133,11 @@ def retarget(
 ) -> tuple[Release, bool]:
     """The release for this request: (release, created). Nothing is stored on failure."""
     dataset = repository.get_dataset(session=session, dataset_id=dataset_id)
-    if spec.metric is None and dataset.metric:
+    if spec.objective == "metric" and spec.metric is None and dataset.metric:
         spec = PlanRequestSpec(**{**spec.__dict__, "metric": dataset.metric})
     with repository.dataset_lock(session, dataset_id):
         rows = candidate_rows(session=session, dataset_id=dataset_id, model_ids=model_ids)
-        candidates = candidates_from(rows, jobs)
+        candidates = candidates_from(rows, jobs, for_lc=uses_lc(spec))
         key = request_hash(dataset_id, spec, [c.id for c in candidates])
         existing = repository.release_by_request(session=session, request_hash=key)
         if existing is not None:

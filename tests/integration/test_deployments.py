@@ -89,11 +89,11 @@ def test_policy_change_releases_and_keeps_history(app_client: TestClient) -> Non
     _, etag_before, _ = model_sha(app_client, "prod")
     changed = app_client.put(
         "/v1/deployments/prod/policy",
-        json={"epsilon": 2.0, "delta": 1e-5, "reason": "looser policy"},
+        json={"epsilon": 3.0, "delta": 1e-5, "reason": "looser policy"},
     )
     assert changed.status_code == 200, changed.text
     body = changed.json()
-    assert body["epsilon"] == 2.0 and body["current_release_id"] != first["current_release_id"]
+    assert body["epsilon"] == 3.0 and body["current_release_id"] != first["current_release_id"]
     assert [e["kind"] for e in body["history"]] == ["policy_changed", "created"]
     _, etag_after, _ = model_sha(app_client, "prod")
     assert etag_after != etag_before

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 
 import pytest
 from fastapi.testclient import TestClient
@@ -38,10 +39,27 @@ def plan(client: TestClient, **body):
     return client.post("/v1/plans", json=body)
 
 
-def test_rs_plan_uses_the_dataset_metric_and_meets_the_target(
+def test_the_default_rs_plan_reads_no_metric(client: TestClient, registry: dict) -> None:
+    resp = plan(client, dataset_id=registry["dataset"], epsilon=2.0, delta=1e-5, method="rs")
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    assert body["method"] == "rs" and body["objective"] == "noise"
+    assert body["epsilon"] <= 2.0 and "Theorem 5" in body["bound"]
+
+
+def test_rs_plan_on_prior_metrics_uses_the_dataset_metric_and_meets_the_target(
     client: TestClient, registry: dict
 ) -> None:
-    resp = plan(client, dataset_id=registry["dataset"], epsilon=2.0, delta=1e-5, method="rs")
+    resp = plan(
+        client,
+        dataset_id=registry["dataset"],
+        epsilon=2.0,
+        delta=1e-5,
+        method="rs",
+        objective="metric",
+        metric_goal="max",
+        metric_source="prior",
+    )
     assert resp.status_code == 200, resp.text
     body = resp.json()
     assert body["method"] == "rs" and body["objective"] == "metric"
@@ -49,6 +67,57 @@ def test_rs_plan_uses_the_dataset_metric_and_meets_the_target(
     assert sum(w["weight"] for w in body["weights"]) == pytest.approx(1.0)
     assert 0.75 <= body["expected_utility"] <= 0.92
     assert "Theorem 5" in body["bound"]
+    assert any("prior" in n for n in body["notes"])
+
+
+def test_metric_plans_need_a_goal_and_cost_the_joint_release_of_the_models_read(
+    client: TestClient, registry: dict
+) -> None:
+    ds = registry["dataset"]
+    base = {"dataset_id": ds, "delta": 1e-5, "method": "rs", "objective": "metric"}
+    no_goal = plan(client, epsilon=2.0, **base)
+    assert no_goal.status_code == 422 and "metric_goal" in no_goal.json()["detail"]
+    scored = plan(client, epsilon=2.0, metric_goal="max", **base)
+    assert scored.status_code == 422, scored.text
+    joint = scored.json()["min_epsilon"]
+    ok = plan(client, epsilon=joint, metric_goal="max", **base)
+    assert ok.status_code == 200, ok.text
+    assert sorted(ok.json()["exposed_model_ids"]) == sorted(registry["models"].values())
+    assert "joint release" in ok.json()["bound"]
+
+
+def _guarantee(client: TestClient, mechanism: dict, weights: list[float]) -> float:
+    ds = client.post("/v1/datasets", json={"name": f"counterexample-{uuid.uuid4()}"}).json()["id"]
+    ids = []
+    for i in range(len(weights)):
+        meta = {"dataset_id": ds, "name": f"run{i}", "mechanism": mechanism}
+        resp = upload(client, checkpoint_bytes(), json.dumps(meta))
+        assert resp.status_code == 201, resp.text
+        ids.append(resp.json()["id"])
+    resp = client.post(
+        "/v1/plans/guarantee",
+        json={
+            "dataset_id": ds,
+            "delta": 1e-5,
+            "method": "lc",
+            "weights": [{"model_id": m, "weight": w} for m, w in zip(ids, weights, strict=True)],
+        },
+    )
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    assert body["paper_epsilon"] is None or body["paper_epsilon"] < 3.862 or len(weights) < 2
+    assert any("independent" in n for n in body["notes"])
+    return body["epsilon"]
+
+
+def test_guarantee_of_the_hidden_state_counterexample_is_sound(client: TestClient) -> None:
+    """2 runs, q = 1, noise 2, clip 1, T = 2, weights 0.9/0.1: exact epsilon 3.862."""
+    dp_sgd = {**sgd(2.0, steps=2, q=1.0), "learning_rate": 0.1}
+    assert 3.862 <= _guarantee(client, dp_sgd, [0.9, 0.1]) <= 3.98
+    twice = {"type": "gaussian", "sensitivity": 1.0, "noise_multiplier": 2.0, "count": 2}
+    assert _guarantee(client, twice, [0.9, 0.1]) >= 3.862
+    once = {"type": "gaussian", "sensitivity": 1.0, "noise_multiplier": 2.0}
+    assert 2.227 <= _guarantee(client, once, [0.9, 0.1]) <= 2.227 * 1.01
 
 
 def test_lc_and_auto_plans(client: TestClient, registry: dict) -> None:

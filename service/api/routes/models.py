@@ -32,6 +32,7 @@ from service.api.schemas import (
 )
 from service.errors import InvalidInput, PayloadTooLarge, ProfilesPending, Unsupported
 from service.jobs.claims import apply_claim_checks
+from service.jobs.plans import lc_released
 from service.jobs.queue import profiles_or_pending
 from service.registry import repository
 from service.registry.blobs import iter_file
@@ -145,6 +146,9 @@ def _register(ctx: AppContext, meta: ModelCreate, weights: IO[bytes]) -> ModelPu
     # cache or queue outage never undoes a registration: the next request enqueues.
     try:
         profile, _ = ctx.jobs.profile(meta.mechanism)
+        released = lc_released(meta.mechanism)
+        if released is not None:
+            ctx.jobs.warm(released)  # what LC plans compose for this model
     except Exception:
         log.exception("profile job for model %s not started; it will be on first use", model_id)
         profile = None

@@ -98,6 +98,7 @@ def to_public(plan: Plan, target_epsilon: float) -> PlanPublic:
         heuristic=plan.heuristic,
         notes=plan.notes,
         exposed_model_ids=exposed_by(plan),
+        paper_epsilon=round_up(plan.paper_epsilon) if plan.paper_epsilon is not None else None,
     )
 
 
@@ -110,6 +111,7 @@ def spec_from(body: PlanRequest) -> PlanRequestSpec:
         objective=body.objective,
         metric=body.metric,
         metric_goal=body.metric_goal,
+        metric_source=body.metric_source,
         strict=body.model_ids is not None,
         run_id=body.run_id,
         last_k=body.last_k,
@@ -215,6 +217,11 @@ async def plan_guarantee(body: GuaranteeRequest, ctx: ContextDep) -> GuaranteePu
                 for k, v in result.by_accountant.items()
             },
             bound=result.bound,
+            heuristic=result.heuristic,
+            notes=result.notes,
+            paper_epsilon=round_up(result.paper_epsilon)
+            if result.paper_epsilon is not None
+            else None,
         )
 
     return await run_in_threadpool(run)
