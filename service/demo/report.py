@@ -6,12 +6,10 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from service.dashboard.svg import Chart, Series, render
-
-if TYPE_CHECKING:
-    from service.demo.run import DemoResult
+from service.demo.results import DemoResult
 
 LINES = {
     ("rs", "rdp"): ("RS, RDP", "#1f77b4", True),
@@ -126,6 +124,15 @@ def write_report(result: DemoResult, out: Path) -> None:
             if ck["lc_refusal"]
             else "- LC: not refused",
         ]
+    if result.dashboard:
+        d = result.dashboard
+        lines += [
+            "",
+            "## Open this run in the dashboard",
+            "",
+            f"Serve the demo's data: `{d.command}`; open {d.url} and log in with the admin "
+            f"key saved in `{d.key_file}` (readable by you only; `retarget demo` also printed it).",
+        ]
     (out / "report.md").write_text("\n".join(lines) + "\n")
     (out / "report.json").write_text(json.dumps(_jsonable(result), indent=2) + "\n")
 
@@ -141,5 +148,10 @@ def _jsonable(result: DemoResult) -> dict[str, Any]:
         "infeasible": result.infeasible,
         "checkpoints": result.checkpoints,
         "checks": result.checks,
+        "dashboard": (
+            {k: v for k, v in dataclasses.asdict(result.dashboard).items() if k != "key"}
+            if result.dashboard
+            else None
+        ),
         "seconds": result.seconds,
     }

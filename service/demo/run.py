@@ -22,8 +22,6 @@ import shutil
 import socket
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,50 +32,8 @@ from safetensors.torch import save
 from service.demo.client import ApiError, Client
 from service.demo.data import Digits, Split, load_digits_splits
 from service.demo.report import write_report
+from service.demo.results import Dashboard, DemoOptions, DemoResult, Progress, Row
 from service.demo.train import TrainConfig, TrainedModel, accuracy, build, train
-
-Progress = Callable[[str], None]
-
-
-@dataclass
-class DemoOptions:
-    out: Path = Path("retarget-demo")
-    families: tuple[str, ...] = ("logreg", "mlp")
-    #: (noise multiplier, clipping norm) per model of each family
-    settings: tuple[tuple[float, float], ...] = ((0.7, 1.0), (0.7, 2.0), (1.2, 1.0), (2.5, 1.0))
-    epochs: int = 20
-    checkpoint_epochs: tuple[int, ...] = (10, 15, 20)
-    targets: int = 6
-    delta: float = 1e-5
-    validation_targets: int = 2
-
-
-@dataclass
-class Row:
-    """One released model on the frontier."""
-
-    family: str
-    method: str
-    accountant: str
-    objective: str
-    target: float
-    epsilon: float
-    test_accuracy: float
-    expected_test_accuracy: float | None
-    weights: dict[str, float]
-    release_id: str
-    other_accountant_epsilon: float | None = None
-
-
-@dataclass
-class DemoResult:
-    options: DemoOptions
-    inputs: list[dict[str, Any]] = field(default_factory=list)
-    rows: list[Row] = field(default_factory=list)
-    infeasible: list[dict[str, Any]] = field(default_factory=list)
-    checkpoints: dict[str, Any] = field(default_factory=dict)
-    checks: dict[str, bool] = field(default_factory=dict)
-    seconds: float = 0.0
 
 
 class LocalService:
@@ -160,11 +116,39 @@ def run_demo(options: DemoOptions, progress: Progress = print) -> DemoResult:
         for family in options.families:
             _frontier(api, dataset["id"], family, ids, data, options, progress, result)
         _checkpoints(api, dataset["id"], ids, options, progress, result)
+        result.dashboard = _dashboard_access(service, out)
     result.checks = _checks(result)
     result.seconds = time.perf_counter() - started
     write_report(result, out)
     progress(f"wrote {out / 'report.md'} ({result.seconds:.0f} s)")
+    _show_dashboard_access(result.dashboard, progress)
     return result
+
+
+def _dashboard_access(service: LocalService, out: Path) -> Dashboard:
+    """Save the run's admin key beside the report (readable by the user only) and say
+    how to serve the demo's data and log in to the dashboard."""
+    data_dir = (out / "service-data").resolve()
+    key_file = out.resolve() / "dashboard-key.txt"
+    key_file.unlink(missing_ok=True)
+    key_file.touch(mode=0o600)
+    key_file.write_text(service.key + "\n")
+    return Dashboard(
+        data_dir=str(data_dir),
+        key=service.key,
+        key_file=str(key_file),
+        command=f"RETARGET_DATA_DIR={data_dir} retarget serve --port 8000",
+        url="http://127.0.0.1:8000/admin/login",
+    )
+
+
+def _show_dashboard_access(dashboard: Dashboard | None, progress: Progress) -> None:
+    if dashboard is None:
+        return
+    progress("to browse this run in the dashboard:")
+    progress(f"  {dashboard.command}")
+    progress(f"  open {dashboard.url} and log in with the admin key {dashboard.key}")
+    progress(f"  (the key is also in {dashboard.key_file}, readable by you only)")
 
 
 def _train_all(

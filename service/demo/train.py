@@ -107,7 +107,10 @@ def train(
         batch_size=cfg.batch_size,
         generator=torch.Generator().manual_seed(cfg.seed),
     )
-    engine = PrivacyEngine(accountant="rdp", secure_mode=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        engine = PrivacyEngine(accountant="rdp", secure_mode=False)
+    _show_once(caught, progress)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         private, optimizer, loader = engine.make_private(
@@ -146,6 +149,19 @@ def train(
                 f"test {saved[-1].test_accuracy:.3f}"
             )
     return saved
+
+
+_SHOWN: set[str] = set()
+
+
+def _show_once(caught: list[warnings.WarningMessage], progress: Callable[[str], None]) -> None:
+    """Opacus warns on every engine it builds (secure RNG off: fine for a demo, which
+    trains fast; production training turns ``secure_mode`` on). Say so once per process."""
+    for w in caught:
+        text = " ".join(str(w.message).split())
+        if text not in _SHOWN:
+            _SHOWN.add(text)
+            progress(f"note from Opacus (shown once): {text}")
 
 
 def _save(
