@@ -25,6 +25,8 @@ class DemoOptions:
     targets: int = 6
     delta: float = 1e-5
     validation_targets: int = 2
+    #: repetitions: each trains every setting again with fresh seeds and releases again
+    seeds: tuple[int, ...] = (1, 2, 3)
 
 
 @dataclass
@@ -41,7 +43,11 @@ class Row:
     expected_test_accuracy: float | None
     weights: dict[str, float]
     release_id: str
+    seed: int | None = None
     other_accountant_epsilon: float | None = None
+    #: the paper's per-step composition for the same weights: a labelled comparison that
+    #: holds only if gradients do not depend on hidden state, never the guarantee
+    paper_epsilon: float | None = None
 
 
 @dataclass
@@ -63,5 +69,7 @@ class DemoResult:
     infeasible: list[dict[str, Any]] = field(default_factory=list)
     checkpoints: dict[str, Any] = field(default_factory=dict)
     checks: dict[str, bool] = field(default_factory=dict)
+    #: examples in each split of the data: train (private), validation (public), test
+    split: dict[str, int] = field(default_factory=dict)
     dashboard: Dashboard | None = None
     seconds: float = 0.0

@@ -37,6 +37,8 @@ class TrainConfig:
     batch_size: int = 64
     learning_rate: float = 2.0
     seed: int = 42
+    #: which of the demo's repetitions this run belongs to (None: not repeated)
+    repetition: int | None = None
     hidden: int = 32
     #: save a checkpoint after these epochs too (one run's checkpoints, paper H.3)
     checkpoint_epochs: tuple[int, ...] = ()
@@ -195,4 +197,4 @@ def _save(
         "architecture": architecture_of(model),
     }
     (out_dir / f"{name}.json").write_text(json.dumps(metadata, indent=2) + "\n")
-    return TrainedModel(name, path, metadata, accuracy(model, test))
+    return TrainedModel(name, path, metadata, accuracy(model, test), {"repetition": cfg.repetition})
