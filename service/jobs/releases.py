@@ -216,6 +216,16 @@ def _check_cap(
         )
 
 
+def cap_warning(session: Session, jobs: Jobs, dataset_id: str, plan: Plan) -> str | None:
+    """Why releasing ``plan`` now would be refused by the dataset's cap, or None."""
+    dataset = repository.get_dataset(session=session, dataset_id=dataset_id)
+    try:
+        _check_cap(session, jobs, dataset, plan, exposed_by(plan))
+    except BudgetExceeded as exc:
+        return str(exc)
+    return None
+
+
 def _merge(
     blobs: BlobStore, method: Any, models: dict[str, Model], plan: Plan, ordered: list[str]
 ) -> tuple[str, int]:

@@ -197,6 +197,11 @@ def test_a_release_over_the_cap_is_refused_and_nothing_released(
     for i, s in enumerate((0.6, 2.0)):
         add_model(client, ds, f"c{i}", sgd(s), seed=i)
     before = blob_files(settings)
+    over = {"dataset_id": ds, "epsilon": 3.0, "delta": 1e-5, "method": "rs", "objective": "noise"}
+    dry = client.post("/v1/plans", json=over)
+    assert dry.status_code == 200 and "over its cap" in dry.json()["warnings"][0]
+    fits = client.post("/v1/plans", json={**over, "epsilon": 0.9})
+    assert fits.json()["warnings"] == []
     resp = client.post(
         "/v1/retarget",
         json={
@@ -222,6 +227,9 @@ def test_a_release_over_the_cap_is_refused_and_nothing_released(
         },
     )
     assert ok.status_code == 201
+    # the delta the cap is enforced at is shown, not null
+    assert client.get(f"/v1/datasets/{ds}").json()["delta_cap"] == 1e-5
+    assert client.get(f"/v1/datasets/{ds}/ledger").json()["delta_cap"] == 1e-5
 
 
 def test_a_failure_in_the_middle_of_a_merge_leaves_no_release_and_no_blob(
