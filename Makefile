@@ -36,8 +36,8 @@ test: install
 	$(BIN)/python -m pytest -q
 
 lint: install
-	$(BIN)/ruff format --check service tests migrations benchmarks
-	$(BIN)/ruff check service tests migrations benchmarks
+	$(BIN)/ruff format --check service tests benchmarks
+	$(BIN)/ruff check service tests benchmarks
 	$(BIN)/mypy service
 
 openapi: install
