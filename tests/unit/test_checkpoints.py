@@ -74,7 +74,7 @@ def test_a_torch_pickle_is_refused_with_how_to_convert_it(tmp_path: Path) -> Non
     for legacy in (False, True):
         buf = io.BytesIO()
         torch.save({"w": torch.zeros(3)}, buf, _use_new_zipfile_serialization=not legacy)
-        with pytest.raises(InvalidUpload, match="safetensors.torch.save_file"):
+        with pytest.raises(InvalidUpload, match=r"safetensors\.torch\.save_file"):
             read_signature(write(tmp_path, buf.getvalue()))
 
 
