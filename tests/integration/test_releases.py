@@ -47,7 +47,8 @@ def add_model(
         "mechanism": mech,
         "lineage": {"run_id": run or name, "step": step or mech.get("steps", 1)},
     }
-    resp = upload(client, save(tensors), json.dumps(meta))
+    data = save(tensors, metadata={"format": "pt", "source": name})
+    resp = upload(client, data, json.dumps(meta))
     assert resp.status_code == 201, resp.text
     return str(resp.json()["id"])
 
@@ -86,6 +87,14 @@ def test_lc_release_equals_a_numpy_reference_sum(client: TestClient, three: dict
             for i, mid in enumerate(three["ids"])
         )
         np.testing.assert_allclose(merged[name], reference, rtol=1e-5, atol=1e-6)
+    # provenance: what the inputs agree on, plus what was merged under which guarantee
+    header_len = int.from_bytes(data[:8], "little")
+    meta = json.loads(data[8 : 8 + header_len])["__metadata__"]
+    assert meta["format"] == "pt" and "source" not in meta
+    assert meta["retarget.release_id"] == release["release_id"]
+    assert meta["retarget.method"] == "lc" and meta["retarget.dataset_id"] == three["dataset"]
+    assert float(meta["retarget.epsilon"]) == release["epsilon"]
+    assert json.loads(meta["retarget.weights"]) == weight
 
 
 def test_the_same_request_never_draws_again(
