@@ -23,6 +23,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from service import __version__
 from service.accounting import linear_combination as lc
 from service.accounting.conversions import round_up
 from service.accounting.mechanisms import canonical_json, parse_mechanism
@@ -35,7 +36,7 @@ from service.merging.random_selection import draw
 from service.merging.registry import METHODS
 from service.registry import repository
 from service.registry.blobs import BlobStore
-from service.registry.models import Dataset, Model, Release
+from service.registry.models import Dataset, Model, Release, new_id
 
 #: The ledger's delta when a dataset declares no delta cap.
 DEFAULT_LEDGER_DELTA = 1e-5
@@ -148,6 +149,7 @@ def retarget(
         _check_cap(session, jobs, dataset, plan, exposed)
         models = repository.models_by_id(session=session, model_ids=plan.weights)
         ordered = sorted(plan.weights)
+        release_id = new_id()
         drawn = None
         if plan.method == "rs":
             drawn = ordered[draw([plan.weights[m] for m in ordered])]
@@ -155,8 +157,11 @@ def retarget(
             if not blobs.exists(sha):
                 raise StorageError(f"the drawn model's weights ({sha}) are missing")
         else:
-            sha, size = _merge(blobs, METHODS[MERGE_FOR[plan.method]](), models, plan, ordered)
+            method = METHODS[MERGE_FOR[plan.method]]()
+            provenance = release_provenance(release_id, dataset_id, plan)
+            sha, size = _merge(blobs, method, models, plan, ordered, provenance)
         release = Release(
+            id=release_id,
             dataset_id=dataset_id,
             request_hash=key,
             request={**spec.__dict__, "model_ids": model_ids, "deployment": deployment},
@@ -216,8 +221,39 @@ def _check_cap(
         )
 
 
+def cap_warning(session: Session, jobs: Jobs, dataset_id: str, plan: Plan) -> str | None:
+    """Why releasing ``plan`` now would be refused by the dataset's cap, or None."""
+    dataset = repository.get_dataset(session=session, dataset_id=dataset_id)
+    try:
+        _check_cap(session, jobs, dataset, plan, exposed_by(plan))
+    except BudgetExceeded as exc:
+        return str(exc)
+    return None
+
+
+def release_provenance(release_id: str, dataset_id: str, plan: Plan) -> dict[str, str]:
+    """The ``retarget.*`` keys a merged file carries in its safetensors ``__metadata__``:
+    what was merged and under which guarantee, readable by any safetensors loader."""
+    return {
+        "retarget.release_id": release_id,
+        "retarget.dataset_id": dataset_id,
+        "retarget.method": plan.method,
+        "retarget.weights": canonical_json(plan.weights),
+        "retarget.epsilon": repr(round_up(plan.epsilon)),
+        "retarget.delta": repr(plan.delta),
+        "retarget.accountant": plan.accountant,
+        "retarget.bound": plan.bound,
+        "retarget.service_version": __version__,
+    }
+
+
 def _merge(
-    blobs: BlobStore, method: Any, models: dict[str, Model], plan: Plan, ordered: list[str]
+    blobs: BlobStore,
+    method: Any,
+    models: dict[str, Model],
+    plan: Plan,
+    ordered: list[str],
+    provenance: dict[str, str],
 ) -> tuple[str, int]:
     """Stream the merge into a staged blob and move it into place (both or nothing)."""
     inputs = []
@@ -226,6 +262,6 @@ def _merge(
         if not path.is_file():
             raise StorageError(f"the weights of model {mid!r} are missing from the store")
         inputs.append(MergeInput(path, plan.weights[mid]))
-    staged = blobs.stage(method.chunks(inputs))
+    staged = blobs.stage(method.chunks(inputs, provenance))
     blobs.promote(staged)
     return staged.sha256, staged.size

@@ -35,7 +35,9 @@ class LinearMerge(MergeMethod):
     def __init__(self, device: torch.device | None = None) -> None:
         self.device = device or merge_device()
 
-    def chunks(self, inputs: list[MergeInput]) -> Iterator[bytes | memoryview]:
+    def chunks(
+        self, inputs: list[MergeInput], provenance: dict[str, str] | None = None
+    ) -> Iterator[bytes | memoryview]:
         if not inputs:
             raise InvalidInput("nothing to merge")
         signature = read_signature(inputs[0].path)
@@ -45,7 +47,7 @@ class LinearMerge(MergeMethod):
                     "tensor names, shapes or dtypes differ between the models: "
                     "a linear combination needs equal signatures"
                 )
-        yield header_bytes(signature)
+        yield header_bytes(signature, {**shared_metadata(inputs), **(provenance or {})})
         acc_buf = _Buffer(torch.float32, self.device)
         out_buf = _Buffer(torch.float32, torch.device("cpu"))
         with ExitStack() as stack:
@@ -78,6 +80,16 @@ class LinearMerge(MergeMethod):
                     out = out_buf.view(shape)
                     out.copy_(acc)  # cast (and copy back from the GPU) into a reused buffer
                 yield from tensor_views(out)
+
+
+def shared_metadata(inputs: list[MergeInput]) -> dict[str, str]:
+    """The ``__metadata__`` entries every input has with the same value ({"format": "pt"})."""
+    common: dict[str, str] | None = None
+    for item in inputs:
+        with safe_open(str(item.path), framework="pt", device="cpu") as fh:
+            meta = dict(fh.metadata() or {})
+        common = meta if common is None else {k: v for k, v in common.items() if meta.get(k) == v}
+    return common or {}
 
 
 class _Buffer:

@@ -47,7 +47,8 @@ def add_model(
         "mechanism": mech,
         "lineage": {"run_id": run or name, "step": step or mech.get("steps", 1)},
     }
-    resp = upload(client, save(tensors), json.dumps(meta))
+    data = save(tensors, metadata={"format": "pt", "source": name})
+    resp = upload(client, data, json.dumps(meta))
     assert resp.status_code == 201, resp.text
     return str(resp.json()["id"])
 
@@ -86,6 +87,14 @@ def test_lc_release_equals_a_numpy_reference_sum(client: TestClient, three: dict
             for i, mid in enumerate(three["ids"])
         )
         np.testing.assert_allclose(merged[name], reference, rtol=1e-5, atol=1e-6)
+    # provenance: what the inputs agree on, plus what was merged under which guarantee
+    header_len = int.from_bytes(data[:8], "little")
+    meta = json.loads(data[8 : 8 + header_len])["__metadata__"]
+    assert meta["format"] == "pt" and "source" not in meta
+    assert meta["retarget.release_id"] == release["release_id"]
+    assert meta["retarget.method"] == "lc" and meta["retarget.dataset_id"] == three["dataset"]
+    assert float(meta["retarget.epsilon"]) == release["epsilon"]
+    assert json.loads(meta["retarget.weights"]) == weight
 
 
 def test_the_same_request_never_draws_again(
@@ -197,6 +206,11 @@ def test_a_release_over_the_cap_is_refused_and_nothing_released(
     for i, s in enumerate((0.6, 2.0)):
         add_model(client, ds, f"c{i}", sgd(s), seed=i)
     before = blob_files(settings)
+    over = {"dataset_id": ds, "epsilon": 3.0, "delta": 1e-5, "method": "rs", "objective": "noise"}
+    dry = client.post("/v1/plans", json=over)
+    assert dry.status_code == 200 and "over its cap" in dry.json()["warnings"][0]
+    fits = client.post("/v1/plans", json={**over, "epsilon": 0.9})
+    assert fits.json()["warnings"] == []
     resp = client.post(
         "/v1/retarget",
         json={
@@ -222,6 +236,9 @@ def test_a_release_over_the_cap_is_refused_and_nothing_released(
         },
     )
     assert ok.status_code == 201
+    # the delta the cap is enforced at is shown, not null
+    assert client.get(f"/v1/datasets/{ds}").json()["delta_cap"] == 1e-5
+    assert client.get(f"/v1/datasets/{ds}/ledger").json()["delta_cap"] == 1e-5
 
 
 def test_a_failure_in_the_middle_of_a_merge_leaves_no_release_and_no_blob(

@@ -160,7 +160,9 @@ def get_ledger(dataset_id: str, ctx: ContextDep) -> LedgerPublic | JSONResponse:
                     epsilon=round_up(bound.epsilon), delta=bound.delta, accountant=bound.accountant
                 ),
                 epsilon_cap=dataset.epsilon_cap,
-                delta_cap=dataset.delta_cap,
+                delta_cap=release_service.ledger_delta(dataset)
+                if dataset.epsilon_cap is not None
+                else None,
             )
     except ProfilesPending as exc:
         return pending_response([job_or_queued(ctx.jobs, j) for j in exc.job_ids])
