@@ -233,7 +233,9 @@ def cap_warning(session: Session, jobs: Jobs, dataset_id: str, plan: Plan) -> st
 
 def release_provenance(release_id: str, dataset_id: str, plan: Plan) -> dict[str, str]:
     """The ``retarget.*`` keys a merged file carries in its safetensors ``__metadata__``:
-    what was merged and under which guarantee, readable by any safetensors loader."""
+    what was merged and under which guarantee, readable by any safetensors loader, and
+    what that guarantee assumes (an LC of several runs: ``retarget.assumptions``)."""
+    assumptions = [n.removeprefix("assumes: ") for n in plan.notes if n.startswith("assumes: ")]
     return {
         "retarget.release_id": release_id,
         "retarget.dataset_id": dataset_id,
@@ -244,6 +246,7 @@ def release_provenance(release_id: str, dataset_id: str, plan: Plan) -> dict[str
         "retarget.accountant": plan.accountant,
         "retarget.bound": plan.bound,
         "retarget.service_version": __version__,
+        **({"retarget.assumptions": "; ".join(assumptions)} if assumptions else {}),
     }
 
 

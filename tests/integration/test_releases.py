@@ -95,6 +95,15 @@ def test_lc_release_equals_a_numpy_reference_sum(client: TestClient, three: dict
     assert meta["retarget.method"] == "lc" and meta["retarget.dataset_id"] == three["dataset"]
     assert float(meta["retarget.epsilon"]) == release["epsilon"]
     assert json.loads(meta["retarget.weights"]) == weight
+    # the file states what its LC guarantee assumes, as the release's notes do
+    assumes = [n for n in release["plan"]["notes"] if n.startswith("assumes: ")]
+    assert len(assumes) == (1 if len(weight) > 1 else 0)
+    if assumes:
+        assert meta["retarget.assumptions"] == assumes[0].removeprefix("assumes: ")
+        assert "independent randomness" in meta["retarget.assumptions"]
+        assert "fixed in advance" in meta["retarget.assumptions"]
+    else:
+        assert "retarget.assumptions" not in meta
 
 
 def test_the_same_request_never_draws_again(
