@@ -20,8 +20,8 @@ from sqlalchemy.orm import Session
 
 from service.accounting.mechanisms import Mechanism, canonical_mechanism, mechanism_hash
 from service.errors import Conflict, NotFound
+from service.formats.checkpoints import read_signature, signature_hash
 from service.registry.blobs import BlobStore, StagedBlob
-from service.registry.checkpoints import read_signature, signature_hash
 from service.registry.models import Dataset, Model, Release
 
 

@@ -31,11 +31,11 @@ from service.api.schemas import (
     Problem,
 )
 from service.errors import InvalidInput, PayloadTooLarge, ProfilesPending, Unsupported
+from service.formats.streams import iter_file
 from service.jobs.claims import apply_claim_checks
 from service.jobs.plans import lc_released
 from service.jobs.queue import profiles_or_pending
 from service.registry import repository
-from service.registry.blobs import iter_file
 from service.registry.db import session_scope
 from service.registry.models import Model
 
