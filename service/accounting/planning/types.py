@@ -26,13 +26,13 @@ class Candidate:
     metrics: dict[str, float] = field(default_factory=dict)
     run_id: str | None = None
     step: int | None = None
-    #: the run and step were checked at registration (service.accounting.lineage); an
-    #: unverified checkpoint is treated as an independent model
-    lineage_verified: bool = False
     signature_hash: str = ""
     #: profile of the part of the model LC composes jointly (the run before its last
     #: step), when the caller has it cached; computed on demand otherwise
     released_profile: PrivacyProfile | None = None
+    #: the run and step were checked at registration (service.accounting.lineage); an
+    #: unverified checkpoint is treated as an independent model
+    lineage_verified: bool = False
 
 
 @dataclass
