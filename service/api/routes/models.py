@@ -82,6 +82,7 @@ def to_public(model: Model) -> ModelPublic:
             if model.lineage_run_id is not None
             else None
         ),
+        lineage_verified=bool(model.lineage_verified),
         signature=model.signature,
         signature_hash=model.signature_hash,
         sha256=model.sha256,
