@@ -114,7 +114,7 @@ def minimize_over_orders(
             walked += 1
         lo = logs[max(i - 1, 0)]
         hi = logs[min(i + 1, len(logs) - 1)]
-        if hi > lo and vals[i] > 0:
+        if hi > lo:
 
             def scalar(t: float) -> float:
                 return float(evaluate(np.array([1.0 + math.exp(t)]))[0])
