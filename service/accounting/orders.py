@@ -139,3 +139,8 @@ def best_delta(rdp: RdpFunction, epsilon: float) -> tuple[float, float]:
         raise ValueError(f"epsilon must be finite and >= 0, got {epsilon}")
     log_delta, order = minimize_over_orders(lambda a: conversion_log_delta(a, rdp(a), epsilon))
     return min(1.0, math.exp(log_delta)), order
+
+
+def epsilon_any_order(rdp: RdpFunction, delta: float) -> float:
+    """The epsilon of ``best_epsilon`` alone: the one call callers need."""
+    return max(0.0, best_epsilon(rdp, delta)[0])
