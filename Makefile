@@ -2,26 +2,42 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+# Where torch comes from. The API and the accounting worker need no GPU: on a host
+# without an NVIDIA driver the CPU build is taken from PyTorch's CPU index when that
+# index answers (the plain registry would bring the CUDA build, gigabytes). Set
+# TORCH_INDEX= (empty) to take torch from the configured registry, or a CUDA index
+# on a GPU merge host.
+TORCH_INDEX ?= $(shell command -v nvidia-smi >/dev/null 2>&1 || ! curl -fsS --max-time 3 -o /dev/null https://download.pytorch.org/whl/cpu/ 2>/dev/null || echo https://download.pytorch.org/whl/cpu)
+TORCH_PIN := $(shell sed -n 's/^ *"\(torch==[^"]*\)".*/\1/p' pyproject.toml)
 
-.PHONY: install serve test lint openapi clean
+.PHONY: install install-runtime serve test lint openapi clean
 
-$(BIN)/.installed: pyproject.toml
+# runtime only: what `retarget serve`, `worker` and `migrate` need
+$(BIN)/.runtime: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) '$(TORCH_PIN)'
+	$(BIN)/pip install --quiet -e .
+	touch $@
+
+# everything the tests, lint and the demo need
+$(BIN)/.installed: $(BIN)/.runtime
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
 
+install-runtime: $(BIN)/.runtime
+
 install: $(BIN)/.installed
 
-serve: install
+serve: install-runtime
 	$(BIN)/retarget serve
 
 test: install
 	$(BIN)/python -m pytest -q
 
 lint: install
-	$(BIN)/ruff format --check service tests migrations benchmarks
-	$(BIN)/ruff check service tests migrations benchmarks
+	$(BIN)/ruff format --check service tests benchmarks
+	$(BIN)/ruff check service tests benchmarks
 	$(BIN)/mypy service
 
 openapi: install

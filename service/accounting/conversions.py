@@ -103,12 +103,16 @@ def delta_from_rdp_grid(orders: ArrayLike, rdp: ArrayLike, epsilons: ArrayLike) 
 
 
 def round_up(value: float, digits: int = 6) -> float:
-    """``value`` rounded up to ``digits`` significant digits; the result is never below it."""
+    """``value`` rounded up to ``digits`` significant digits; the result is never below it.
+
+    Rounds the shortest decimal that reads back as ``value`` (its ``repr``), so a value
+    that is already short (2.37) stays itself instead of gaining a last digit from the
+    binary expansion (2.37001); the comparison below keeps the result >= ``value``."""
     if not math.isfinite(value) or value == 0:
         return value
     exponent = math.floor(math.log10(abs(value)))
     quantum = Decimal(1).scaleb(exponent - digits + 1)
-    out = float(Decimal(value).quantize(quantum, rounding=ROUND_CEILING))
+    out = float(Decimal(repr(value)).quantize(quantum, rounding=ROUND_CEILING))
     while out < value:
         out = math.nextafter(out, math.inf)
     return out

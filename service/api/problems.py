@@ -83,6 +83,17 @@ def for_domain_error(exc: errors.RetargetError) -> JSONResponse:
 def _validation_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
     out = []
     for err in exc.errors():
+        if err.get("type") == "json_invalid":  # loc is ("body", <character offset>)
+            at = err.get("loc", ("body", "?"))[-1]
+            reason = (err.get("ctx") or {}).get("error", "")
+            out.append(
+                {
+                    "field": "body",
+                    "message": f"the body is not valid JSON (at character {at})"
+                    + (f": {reason}" if reason else ""),
+                }
+            )
+            continue
         loc = [str(p) for p in err.get("loc", ()) if p not in ("body", "query", "path")]
         out.append({"field": ".".join(loc), "message": str(err.get("msg", ""))})
     return out

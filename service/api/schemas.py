@@ -5,9 +5,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from service.accounting.mechanisms import Mechanism
+from service.jobs.releases import DEFAULT_LEDGER_DELTA
 from service.merging.architecture import Architecture
 
 #: Printable names: no control characters and no path separators.
@@ -43,12 +44,20 @@ class DatasetPublic(BaseModel):
     description: str | None
     metric: str | None
     epsilon_cap: float | None
-    delta_cap: float | None
+    delta_cap: float | None = Field(
+        description="the delta the ledger is held to; 1e-05 when an epsilon cap is set without one"
+    )
     validation_examples: int | None = Field(
         default=None, description="examples in the public validation split, if one is registered"
     )
     validation_sha256: str | None = None
     created_at: datetime
+
+    @model_validator(mode="after")
+    def _effective_delta_cap(self) -> DatasetPublic:
+        if self.epsilon_cap is not None and self.delta_cap is None:
+            self.delta_cap = DEFAULT_LEDGER_DELTA
+        return self
 
 
 class DatasetsPublic(BaseModel):
@@ -207,6 +216,10 @@ class PlanPublic(BaseModel):
         "these weights. It holds only if gradients do not depend on hidden state, which "
         "DP-SGD does not guarantee; it is never the plan's epsilon",
     )
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="what would stop a release of this plan now (the dataset's cap)",
+    )
 
 
 class JobPublic(BaseModel):
@@ -228,6 +241,11 @@ class PendingPublic(BaseModel):
 
 class RetargetRequest(PlanRequest):
     deployment: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = None
+    dtype: Literal["float32", "bfloat16", "float16"] | None = Field(
+        default=None,
+        description="the released file's float tensors in this dtype (accumulation is "
+        "float32 either way; an RS release is the drawn model cast); default: the inputs'",
+    )
 
 
 class ReleasePublic(BaseModel):

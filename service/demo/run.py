@@ -22,8 +22,6 @@ import shutil
 import socket
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,50 +32,8 @@ from safetensors.torch import save
 from service.demo.client import ApiError, Client
 from service.demo.data import Digits, Split, load_digits_splits
 from service.demo.report import write_report
+from service.demo.results import Dashboard, DemoOptions, DemoResult, Progress, Row
 from service.demo.train import TrainConfig, TrainedModel, accuracy, build, train
-
-Progress = Callable[[str], None]
-
-
-@dataclass
-class DemoOptions:
-    out: Path = Path("retarget-demo")
-    families: tuple[str, ...] = ("logreg", "mlp")
-    #: (noise multiplier, clipping norm) per model of each family
-    settings: tuple[tuple[float, float], ...] = ((0.7, 1.0), (0.7, 2.0), (1.2, 1.0), (2.5, 1.0))
-    epochs: int = 20
-    checkpoint_epochs: tuple[int, ...] = (10, 15, 20)
-    targets: int = 6
-    delta: float = 1e-5
-    validation_targets: int = 2
-
-
-@dataclass
-class Row:
-    """One released model on the frontier."""
-
-    family: str
-    method: str
-    accountant: str
-    objective: str
-    target: float
-    epsilon: float
-    test_accuracy: float
-    expected_test_accuracy: float | None
-    weights: dict[str, float]
-    release_id: str
-    other_accountant_epsilon: float | None = None
-
-
-@dataclass
-class DemoResult:
-    options: DemoOptions
-    inputs: list[dict[str, Any]] = field(default_factory=list)
-    rows: list[Row] = field(default_factory=list)
-    infeasible: list[dict[str, Any]] = field(default_factory=list)
-    checkpoints: dict[str, Any] = field(default_factory=dict)
-    checks: dict[str, bool] = field(default_factory=dict)
-    seconds: float = 0.0
 
 
 class LocalService:
@@ -140,6 +96,11 @@ def run_demo(options: DemoOptions, progress: Progress = print) -> DemoResult:
     result = DemoResult(options)
     out = options.out
     data = load_digits_splits()
+    result.split = {
+        "train": len(data.train.labels),
+        "validation": len(data.validation.labels),
+        "test": len(data.test.labels),
+    }
     progress(
         f"digits: {len(data.train.labels)} train (private), {len(data.validation.labels)} "
         f"validation (public), {len(data.test.labels)} test"
@@ -160,21 +121,64 @@ def run_demo(options: DemoOptions, progress: Progress = print) -> DemoResult:
         for family in options.families:
             _frontier(api, dataset["id"], family, ids, data, options, progress, result)
         _checkpoints(api, dataset["id"], ids, options, progress, result)
+        result.dashboard = _dashboard_access(service, out)
     result.checks = _checks(result)
     result.seconds = time.perf_counter() - started
     write_report(result, out)
     progress(f"wrote {out / 'report.md'} ({result.seconds:.0f} s)")
+    _show_dashboard_access(result.dashboard, progress)
     return result
+
+
+def _dashboard_access(service: LocalService, out: Path) -> Dashboard:
+    """Save the run's admin key beside the report (readable by the user only) and say
+    how to serve the demo's data and log in to the dashboard."""
+    data_dir = (out / "service-data").resolve()
+    key_file = out.resolve() / "dashboard-key.txt"
+    key_file.unlink(missing_ok=True)
+    key_file.touch(mode=0o600)
+    key_file.write_text(service.key + "\n")
+    return Dashboard(
+        data_dir=str(data_dir),
+        key=service.key,
+        key_file=str(key_file),
+        command=f"RETARGET_DATA_DIR={data_dir} retarget serve --port 8000",
+        url="http://127.0.0.1:8000/admin/login",
+    )
+
+
+def _show_dashboard_access(dashboard: Dashboard | None, progress: Progress) -> None:
+    if dashboard is None:
+        return
+    progress("to browse this run in the dashboard:")
+    progress(f"  {dashboard.command}")
+    progress(f"  open {dashboard.url} and log in with the admin key {dashboard.key}")
+    progress(f"  (the key is also in {dashboard.key_file}, readable by you only)")
 
 
 def _train_all(
     options: DemoOptions, data: Digits, folder: Path, progress: Progress
 ) -> dict[str, list[TrainedModel]]:
+    """Every run gets its own seed: LC's bound assumes that different runs drew their
+    sampling masks and noise independently (one seed shared by the settings of a family
+    would give them the same masks and the same standard normals)."""
     trained: dict[str, list[TrainedModel]] = {}
     configs = [
-        (family, TrainConfig(f"{family}-s{s:g}-c{c:g}", family, s, c, epochs=options.epochs))
-        for family in options.families
-        for s, c in options.settings
+        (
+            family,
+            TrainConfig(
+                f"{family}-s{s:g}-c{c:g}-seed{seed}",
+                family,
+                s,
+                c,
+                epochs=options.epochs,
+                seed=1000 * seed + 10 * f + i,
+                repetition=seed,
+            ),
+        )
+        for seed in options.seeds
+        for f, family in enumerate(options.families)
+        for i, (s, c) in enumerate(options.settings)
     ]
     run = TrainConfig(
         "mlp-run",
@@ -186,7 +190,12 @@ def _train_all(
         seed=7,
     )
     configs.append(("checkpoints", run))
-    progress(f"training {len(configs)} DP-SGD runs with Opacus (Poisson sampling, plain SGD)")
+    progress(
+        f"training {len(configs)} DP-SGD runs with Opacus (Poisson sampling, plain SGD): "
+        f"{len(options.families)} famil{'y' if len(options.families) == 1 else 'ies'} x "
+        f"{len(options.settings)} settings x {len(options.seeds)} seeds, and one run saved "
+        f"after epochs {', '.join(map(str, options.checkpoint_epochs))}"
+    )
     for i, (group, cfg) in enumerate(configs, 1):
         progress(f"[{i}/{len(configs)}] {cfg.name}")
         trained.setdefault(group, []).extend(
@@ -236,6 +245,7 @@ def _register(
                 "noise_multiplier": m.metadata["mechanism"]["noise_multiplier"],
                 "clipping_norm": m.metadata["mechanism"]["clipping_norm"],
                 "steps": m.metadata["mechanism"]["steps"],
+                "seed": m.extra.get("repetition"),
             }
             ids.setdefault(group, []).append(entry)
             result.inputs.append(entry)
@@ -263,6 +273,7 @@ def _frontier(
 ) -> None:
     models = ids[family]
     by_id = {m["id"]: m for m in models}
+    # every repetition trains the same mechanisms: the same epsilons, the same targets
     targets = _targets(models, options.targets)
     progress(f"{family}: retargeting to epsilon {', '.join(f'{t:g}' for t in targets)}")
     # RS by the noise objective: the models' validation accuracy is a function of the
@@ -276,80 +287,102 @@ def _frontier(
     validation_at = (
         set(targets[-options.validation_targets :]) if options.validation_targets else set()
     )
-    for target in targets:
-        plans = list(combos)
-        if target in validation_at:
-            plans.append(("lc", "best", "validation"))
-        for method, acc, objective in plans:
-            request = {
-                "dataset_id": dataset_id,
-                "epsilon": target,
-                "delta": options.delta,
+    for seed in options.seeds:
+        group = [m["id"] for m in models if m["seed"] == seed]
+        progress(f" seed {seed}: {len(group)} models")
+        for target in targets:
+            plans = list(combos)
+            if target in validation_at:
+                plans.append(("lc", "best", "validation"))
+            for method, acc, objective in plans:
+                request = {
+                    "dataset_id": dataset_id,
+                    "epsilon": target,
+                    "delta": options.delta,
+                    "method": method,
+                    "accountant": acc,
+                    "objective": objective,
+                    "model_ids": group,
+                }
+                row = _release(api, request, family, seed, by_id, data, progress, result)
+                if row is not None and method == "lc" and objective == "noise":
+                    row.other_accountant_epsilon = _other_accountant(api, request, row)
+
+
+def _release(
+    api: Client,
+    request: dict[str, Any],
+    family: str,
+    seed: int,
+    by_id: dict[str, dict[str, Any]],
+    data: Digits,
+    progress: Progress,
+    result: DemoResult,
+) -> Row | None:
+    """Release one plan, download it and score it on the held-out test split."""
+    method, acc, target = request["method"], request["accountant"], request["epsilon"]
+    t0 = time.perf_counter()
+    try:
+        release = api.json("POST", "/v1/retarget", request)
+    except ApiError as exc:
+        result.infeasible.append(
+            {
+                "family": family,
+                "seed": seed,
+                "target": target,
                 "method": method,
                 "accountant": acc,
-                "objective": objective,
-                "model_ids": list(by_id),
+                "status": exc.status,
+                "detail": exc.problem.get("detail"),
+                "min_epsilon": exc.problem.get("min_epsilon"),
             }
-            t0 = time.perf_counter()
-            try:
-                release = api.json("POST", "/v1/retarget", request)
-            except ApiError as exc:
-                result.infeasible.append(
-                    {
-                        "family": family,
-                        "target": target,
-                        "method": method,
-                        "accountant": acc,
-                        "status": exc.status,
-                        "detail": exc.problem.get("detail"),
-                        "min_epsilon": exc.problem.get("min_epsilon"),
-                    }
-                )
-                progress(
-                    f"  {method}/{acc} at {target:g}: {exc.status} {exc.problem.get('detail')}"
-                )
-                continue
-            weights = {w["model_id"]: w["weight"] for w in release["weights"]}
-            blob = api.download(release["download_url"])
-            test_acc = test_accuracy_of(family, blob, data.test)
-            expected = (
-                sum(w * by_id[m]["test_accuracy"] for m, w in weights.items())
-                if method == "rs"
-                else None
-            )
-            row = Row(
-                family=family,
-                method=method,
-                accountant=release["accountant"],
-                objective=objective,
-                target=target,
-                epsilon=release["epsilon"],
-                test_accuracy=test_acc,
-                expected_test_accuracy=expected,
-                weights=weights,
-                release_id=release["release_id"],
-            )
-            if method == "lc" and objective == "noise":
-                other = "pld" if row.accountant == "rdp" else "rdp"
-                g = api.json(
-                    "POST",
-                    "/v1/plans/guarantee",
-                    {
-                        "dataset_id": dataset_id,
-                        "delta": options.delta,
-                        "method": "lc",
-                        "accountant": other,
-                        "weights": [{"model_id": m, "weight": w} for m, w in weights.items()],
-                    },
-                )
-                row.other_accountant_epsilon = g["epsilon"]
-            result.rows.append(row)
-            shown = expected if expected is not None else test_acc
-            progress(
-                f"  {method}/{row.accountant} ({objective}) at {target:g}: epsilon "
-                f"{row.epsilon:.3f}, test accuracy {shown:.3f} "
-                f"({len(weights)} model(s), {time.perf_counter() - t0:.1f} s)"
-            )
+        )
+        progress(f"  {method}/{acc} at {target:g}: {exc.status} {exc.problem.get('detail')}")
+        return None
+    weights = {w["model_id"]: w["weight"] for w in release["weights"]}
+    blob = api.download(release["download_url"])
+    test_acc = test_accuracy_of(family, blob, data.test)
+    expected = (
+        sum(w * by_id[m]["test_accuracy"] for m, w in weights.items()) if method == "rs" else None
+    )
+    row = Row(
+        family=family,
+        method=method,
+        accountant=release["accountant"],
+        objective=request["objective"],
+        target=target,
+        epsilon=release["epsilon"],
+        test_accuracy=test_acc,
+        expected_test_accuracy=expected,
+        weights=weights,
+        release_id=release["release_id"],
+        seed=seed,
+        paper_epsilon=release["plan"].get("paper_epsilon") if method == "lc" else None,
+    )
+    result.rows.append(row)
+    shown = expected if expected is not None else test_acc
+    progress(
+        f"  {method}/{row.accountant} ({row.objective}) at {target:g}: epsilon "
+        f"{row.epsilon:.3f}, test accuracy {shown:.3f} "
+        f"({len(weights)} model(s), {time.perf_counter() - t0:.1f} s)"
+    )
+    return row
+
+
+def _other_accountant(api: Client, request: dict[str, Any], row: Row) -> float | None:
+    """What the same LC weights prove under the other accountant."""
+    g = api.json(
+        "POST",
+        "/v1/plans/guarantee",
+        {
+            "dataset_id": request["dataset_id"],
+            "delta": request["delta"],
+            "method": "lc",
+            "accountant": "pld" if row.accountant == "rdp" else "rdp",
+            "weights": [{"model_id": m, "weight": w} for m, w in row.weights.items()],
+        },
+    )
+    return g["epsilon"]
 
 
 def _checkpoints(
@@ -427,6 +460,7 @@ def main(out: Path, quick: bool = False, progress: Progress = print) -> int:
     if quick:
         options = DemoOptions(
             out=out,
+            seeds=(1, 2, 3),
             families=("logreg",),
             settings=((0.8, 1.0), (1.5, 1.0), (3.0, 1.0)),
             epochs=2,

@@ -37,6 +37,8 @@ class TrainConfig:
     batch_size: int = 64
     learning_rate: float = 2.0
     seed: int = 42
+    #: which of the demo's repetitions this run belongs to (None: not repeated)
+    repetition: int | None = None
     hidden: int = 32
     #: save a checkpoint after these epochs too (one run's checkpoints, paper H.3)
     checkpoint_epochs: tuple[int, ...] = ()
@@ -107,7 +109,10 @@ def train(
         batch_size=cfg.batch_size,
         generator=torch.Generator().manual_seed(cfg.seed),
     )
-    engine = PrivacyEngine(accountant="rdp", secure_mode=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        engine = PrivacyEngine(accountant="rdp", secure_mode=False)
+    _show_once(caught, progress)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         private, optimizer, loader = engine.make_private(
@@ -148,6 +153,19 @@ def train(
     return saved
 
 
+_SHOWN: set[str] = set()
+
+
+def _show_once(caught: list[warnings.WarningMessage], progress: Callable[[str], None]) -> None:
+    """Opacus warns on every engine it builds (secure RNG off: fine for a demo, which
+    trains fast; production training turns ``secure_mode`` on). Say so once per process."""
+    for w in caught:
+        text = " ".join(str(w.message).split())
+        if text not in _SHOWN:
+            _SHOWN.add(text)
+            progress(f"note from Opacus (shown once): {text}")
+
+
 def _save(
     cfg: TrainConfig,
     model: nn.Sequential,
@@ -179,4 +197,4 @@ def _save(
         "architecture": architecture_of(model),
     }
     (out_dir / f"{name}.json").write_text(json.dumps(metadata, indent=2) + "\n")
-    return TrainedModel(name, path, metadata, accuracy(model, test))
+    return TrainedModel(name, path, metadata, accuracy(model, test), {"repetition": cfg.repetition})

@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import redis
-from rq import Callback, Queue, Retry
+from rq import Callback, Queue, Retry, Worker
 from rq.exceptions import NoSuchJobError
 from rq.job import Job
 from rq.registry import FailedJobRegistry, StartedJobRegistry
@@ -80,6 +80,10 @@ class Jobs(Protocol):
         ...
 
     def ready(self) -> tuple[bool, str]: ...
+
+    def workers(self) -> str:
+        """ "ok" or "in-process" when someone computes queued jobs, else why not."""
+        ...
 
     def queue_sizes(self) -> dict[str, int]: ...
 
@@ -178,6 +182,9 @@ class InProcessJobs:
 
     def ready(self) -> tuple[bool, str]:
         return True, "in-process"
+
+    def workers(self) -> str:
+        return "in-process"
 
     def queue_sizes(self) -> dict[str, int]:
         return {}
@@ -332,6 +339,15 @@ class RQJobs:
         except redis.RedisError as exc:
             return False, f"unreachable: {type(exc).__name__}"
         return True, "ok"
+
+    def workers(self) -> str:
+        """A worker registers itself and renews its key with each heartbeat; RQ lets the
+        key expire when the heartbeats stop, so a count of zero means none is alive."""
+        try:
+            alive = Worker.count(queue=self.queue)
+        except redis.RedisError as exc:
+            return f"unreachable: {type(exc).__name__}"
+        return "ok" if alive else f"no worker is listening on queue {self.queue.name!r}"
 
     def queue_sizes(self) -> dict[str, int]:
         try:

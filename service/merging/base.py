@@ -23,8 +23,12 @@ class MergeMethod(ABC):
     name: ClassVar[str]
 
     @abstractmethod
-    def chunks(self, inputs: list[MergeInput]) -> Iterator[bytes | memoryview]:
-        """The merged safetensors file, streamed as byte chunks."""
+    def chunks(
+        self, inputs: list[MergeInput], provenance: dict[str, str] | None = None
+    ) -> Iterator[bytes | memoryview]:
+        """The merged safetensors file, streamed as byte chunks. A method that writes a
+        new file keeps the ``__metadata__`` entries its inputs agree on and adds
+        ``provenance`` (the release's ``retarget.*`` keys)."""
 
 
 def merge_device() -> torch.device:

@@ -20,5 +20,7 @@ __all__ = ["CheckpointAverage", "average_weights"]
 class CheckpointAverage(MergeMethod):
     name = "checkpoint_average"
 
-    def chunks(self, inputs: list[MergeInput]) -> Iterator[bytes | memoryview]:
-        return LinearMerge().chunks(inputs)
+    def chunks(
+        self, inputs: list[MergeInput], provenance: dict[str, str] | None = None
+    ) -> Iterator[bytes | memoryview]:
+        return LinearMerge().chunks(inputs, provenance)

@@ -32,10 +32,18 @@ from service.registry.checkpoints import read_signature
 class LinearMerge(MergeMethod):
     name = "linear"
 
-    def __init__(self, device: torch.device | None = None) -> None:
+    def __init__(self, device: torch.device | None = None, out_dtype: str | None = None) -> None:
+        """``out_dtype``: a safetensors float dtype ("F32", "BF16", "F16") for every float
+        tensor of the output; None keeps each tensor's input dtype. Accumulation is
+        float32 either way."""
+        if out_dtype is not None and out_dtype not in FLOAT_DTYPES:
+            raise InvalidInput(f"output dtype {out_dtype!r} is not one of {FLOAT_DTYPES}")
         self.device = device or merge_device()
+        self.out_dtype = out_dtype
 
-    def chunks(self, inputs: list[MergeInput]) -> Iterator[bytes | memoryview]:
+    def chunks(
+        self, inputs: list[MergeInput], provenance: dict[str, str] | None = None
+    ) -> Iterator[bytes | memoryview]:
         if not inputs:
             raise InvalidInput("nothing to merge")
         signature = read_signature(inputs[0].path)
@@ -45,7 +53,12 @@ class LinearMerge(MergeMethod):
                     "tensor names, shapes or dtypes differ between the models: "
                     "a linear combination needs equal signatures"
                 )
-        yield header_bytes(signature)
+        if self.out_dtype is not None:
+            signature = {
+                name: {**sig, "dtype": self.out_dtype} if sig["dtype"] in FLOAT_DTYPES else sig
+                for name, sig in signature.items()
+            }
+        yield header_bytes(signature, {**shared_metadata(inputs), **(provenance or {})})
         acc_buf = _Buffer(torch.float32, self.device)
         out_buf = _Buffer(torch.float32, torch.device("cpu"))
         with ExitStack() as stack:
@@ -78,6 +91,16 @@ class LinearMerge(MergeMethod):
                     out = out_buf.view(shape)
                     out.copy_(acc)  # cast (and copy back from the GPU) into a reused buffer
                 yield from tensor_views(out)
+
+
+def shared_metadata(inputs: list[MergeInput]) -> dict[str, str]:
+    """The ``__metadata__`` entries every input has with the same value ({"format": "pt"})."""
+    common: dict[str, str] | None = None
+    for item in inputs:
+        with safe_open(str(item.path), framework="pt", device="cpu") as fh:
+            meta = dict(fh.metadata() or {})
+        common = meta if common is None else {k: v for k, v in common.items() if meta.get(k) == v}
+    return common or {}
 
 
 class _Buffer:

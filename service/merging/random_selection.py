@@ -34,7 +34,10 @@ class RandomSelection(MergeMethod):
 
     name = "random_selection"
 
-    def chunks(self, inputs: list[MergeInput]) -> Iterator[bytes | memoryview]:
+    def chunks(
+        self, inputs: list[MergeInput], provenance: dict[str, str] | None = None
+    ) -> Iterator[bytes | memoryview]:
+        """The drawn file byte for byte (its provenance is the release record's)."""
         chosen = inputs[draw([i.weight for i in inputs])]
         with chosen.path.open("rb") as fh:
             yield from iter_file(fh)

@@ -33,9 +33,14 @@ DTYPES: dict[str, tuple[torch.dtype, int]] = {
 FLOAT_DTYPES = ("F64", "F32", "F16", "BF16")
 
 
-def header_bytes(signature: dict[str, dict[str, Any]]) -> bytes:
-    """Length prefix and JSON header for tensors written in sorted-name order."""
+def header_bytes(
+    signature: dict[str, dict[str, Any]], metadata: dict[str, str] | None = None
+) -> bytes:
+    """Length prefix and JSON header for tensors written in sorted-name order, with
+    ``metadata`` as the file's ``__metadata__`` (string to string, as the format says)."""
     header: dict[str, Any] = {}
+    if metadata:
+        header["__metadata__"] = {str(k): str(v) for k, v in sorted(metadata.items())}
     offset = 0
     for name in sorted(signature):
         dtype = signature[name]["dtype"]

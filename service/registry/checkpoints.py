@@ -22,6 +22,33 @@ from service.errors import InvalidUpload
 MAX_HEADER_BYTES = 100 * 1024 * 1024
 
 
+def _refuse_foreign(head: bytes) -> None:
+    """Name the format of a file that is plainly not safetensors.
+
+    A safetensors file starts with its header's length (8 bytes, little-endian) and
+    then "{"; a file whose ninth byte is "{" is never called foreign here."""
+    if head[8:9] == b"{":
+        return
+    foreign = _foreign_format(head)
+    if foreign is not None:
+        raise InvalidUpload(
+            f"this is {foreign}, not safetensors: pickles can run code, so only safetensors "
+            "is accepted. Convert it with safetensors.torch.save_file(state_dict, "
+            "'model.safetensors')"
+        )
+
+
+def _foreign_format(head: bytes) -> str | None:
+    """What a file that is not safetensors most likely is, by its first bytes."""
+    if head.startswith(b"PK\x03\x04"):
+        return "a zip archive (what torch.save writes: a .pt / .pth / .bin pickle)"
+    if head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):
+        return "a Python pickle (torch.save's legacy format)"
+    if head.startswith(b"\x93NUMPY"):
+        return "a NumPy .npy file"
+    return None
+
+
 def read_signature(path: Path) -> dict[str, Any]:
     """The tensor signature of a safetensors file: ``{name: {dtype, shape}}``.
 
@@ -29,7 +56,9 @@ def read_signature(path: Path) -> dict[str, Any]:
     safetensors file with at least one tensor.
     """
     with path.open("rb") as fh:
-        head = fh.read(8)
+        head = fh.read(9)
+    _refuse_foreign(head)  # a clearer reason than a header that does not parse
+    head = head[:8]
     if len(head) < 8:
         raise InvalidUpload("not a safetensors file: shorter than its 8-byte header length")
     header_len = int.from_bytes(head, "little")

@@ -8,7 +8,8 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import Connection
 
-MIGRATIONS = Path(__file__).resolve().parents[2] / "migrations"
+#: shipped inside the package, so an installed wheel migrates from any folder
+MIGRATIONS = Path(__file__).resolve().parents[1] / "migrations"
 
 
 def alembic_config(*, url: str | None = None, connection: Connection | None = None) -> Config:

@@ -5,19 +5,43 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
+import pytest
 import torch
+from fastapi.testclient import TestClient
 from safetensors.torch import load_file
 
+from service.api.app import create_app
+from service.config import Settings
 from service.demo.data import load_digits_splits
 from service.demo.run import main
 from service.demo.train import accuracy, build
 
 
-def test_demo_trains_registers_releases_and_reports(tmp_path: Path) -> None:
+def _release_of(out: Path, release_id: str) -> dict[str, Any]:
+    settings = Settings(data_dir=out / "service-data", database_url=None, redis_url=None)
+    key = (out / "dashboard-key.txt").read_text().strip()
+    with TestClient(create_app(settings)) as http:
+        resp = http.get(f"/v1/releases/{release_id}", headers={"Authorization": f"Bearer {key}"})
+        assert resp.status_code == 200, resp.text
+        return resp.json()  # type: ignore[no-any-return]
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
+    """One quick demo run, shared by the tests below (it trains real models)."""
+    out = tmp_path_factory.mktemp("demo")
     lines: list[str] = []
-    assert main(tmp_path, quick=True, progress=lines.append) == 0
+    assert main(out, quick=True, progress=lines.append) == 0
+    return out, lines
+
+
+def test_demo_trains_registers_releases_and_reports(demo: tuple[Path, list[str]]) -> None:
+    tmp_path, lines = demo
     assert any("registered [1/" in line for line in lines)  # progress is shown
+    # Opacus' secure-RNG notice is shown once, not once per trained run
+    assert sum("Secure RNG" in line for line in lines) == 1
     report = json.loads((tmp_path / "report.json").read_text())
     assert all(report["checks"].values()), report["checks"]
     rows = report["rows"]
@@ -45,5 +69,73 @@ def test_demo_trains_registers_releases_and_reports(tmp_path: Path) -> None:
     model.load_state_dict(merged)
     assert abs(accuracy(model, test) - lc["test_accuracy"]) < 0.01
     assert report["checkpoints"]["lc_refusal"]["status"] == 422
+    # an LC release of several runs states what its bound assumes
+    merged_lc = next(r for r in rows if r["method"] == "lc" and len(r["weights"]) > 1)
+    release = _release_of(tmp_path, merged_lc["release_id"])
+    assert any("independent randomness" in n for n in release["plan"]["notes"])
+    assert any("fixed in advance" in n for n in release["plan"]["notes"])
     assert (tmp_path / "frontier-logreg.svg").read_text().startswith("<svg")
     assert "## Checks" in (tmp_path / "report.md").read_text()
+
+
+def test_demo_key_opens_the_dashboard(demo: tuple[Path, list[str]]) -> None:
+    tmp_path, lines = demo
+    key = (tmp_path / "dashboard-key.txt").read_text().strip()
+    assert (tmp_path / "dashboard-key.txt").stat().st_mode & 0o077 == 0
+    printed = [line for line in lines if "log in with the admin key" in line]
+    assert printed and printed[0].endswith(key)
+    assert any("/admin/login" in line for line in lines)
+    assert any(f"RETARGET_DATA_DIR={tmp_path / 'service-data'}" in line for line in lines)
+    report = (tmp_path / "report.md").read_text()
+    assert "## Open this run in the dashboard" in report and key not in report
+    # the data the demo left behind, served again, accepts the printed key
+    settings = Settings(data_dir=tmp_path / "service-data", database_url=None, redis_url=None)
+    with TestClient(create_app(settings), follow_redirects=False) as http:
+        assert http.post("/admin/login", data={"key": "rt_wrong"}).status_code == 200
+        resp = http.post("/admin/login", data={"key": key})
+        assert resp.status_code == 303 and resp.headers["location"] == "/admin"
+        page = http.get("/admin")
+        assert page.status_code == 200 and "digits" in page.text
+
+
+def test_demo_report_has_seeds_held_out_split_headline_and_labelled_paper_curve(
+    demo: tuple[Path, list[str]],
+) -> None:
+    tmp_path, _ = demo
+    report = json.loads((tmp_path / "report.json").read_text())
+    md = (tmp_path / "report.md").read_text()
+    # at least 3 seeds, each releasing every method at every target
+    seeds = {r["seed"] for r in report["rows"]}
+    assert len(seeds) >= 3
+    summary = report["summary"]
+    assert summary and all(s["n"] == len(seeds) for s in summary)
+    for s in summary:  # mean and spread are those of the per-seed rows
+        rows = [
+            r
+            for r in report["rows"]
+            if (r["family"], r["method"], r["accountant"], r["objective"], r["target"])
+            == (s["family"], s["method"], s["accountant"], s["objective"], s["target"])
+        ]
+        vals = [
+            r["expected_test_accuracy"] if r["method"] == "rs" else r["test_accuracy"] for r in rows
+        ]
+        assert abs(s["mean"] - sum(vals) / len(vals)) < 1e-12
+        assert s["sd"] >= 0 and min(vals) <= s["mean"] <= max(vals)
+    # accuracy on at least 1,000 held-out examples, said in the report
+    assert report["split"]["test"] >= 1000
+    assert sum(report["split"].values()) == 1797
+    assert f"{report['split']['test']} test (held out" in md
+    # the headline is one sentence, at the top, and reports the comparison it makes
+    headline = report["headline"]
+    assert md.splitlines()[2] == f"**{headline}**"
+    assert "sound LC bound" in headline and headline.count(". ") == 0
+    lc_wins = int(headline.split("clearly higher than RS's expected accuracy at ")[1].split(",")[0])
+    if lc_wins == 0:
+        assert not headline.startswith("LC beat RS")
+    # the paper's curve appears only beside the sound one, and labelled
+    label = "holds only if gradients do not depend on hidden state"
+    svg = (tmp_path / "frontier-logreg.svg").read_text()
+    assert "LC, PLD (sound bound)" in svg
+    if any(r["paper_epsilon"] is not None for r in report["rows"]):
+        assert f"paper&#x27;s epsilon ({label})" in svg or f"paper's epsilon ({label})" in svg
+    assert label in md

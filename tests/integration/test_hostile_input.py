@@ -115,3 +115,14 @@ def test_bad_targets_are_refused_and_release_nothing(
         assert 400 <= resp.status_code < 500, (path, body[:60], resp.text[:200])
         assert resp.headers["content-type"] == PROBLEM
     assert client.get(f"/v1/datasets/{dataset}/ledger").json()["releases"] == []
+
+
+def test_a_body_that_is_not_json_says_so_and_where(client: TestClient) -> None:
+    resp = client.post(
+        "/v1/datasets", content=b'{"name": "x",', headers={"content-type": "application/json"}
+    )
+    assert resp.status_code == 422
+    err = resp.json()["errors"][0]
+    assert err["field"] == "body"
+    assert err["message"].startswith("the body is not valid JSON (at character 13)")
+    assert client.get("/v1/datasets").json()["count"] == 0

@@ -13,7 +13,7 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 from safetensors.numpy import load as load_numpy
-from safetensors.torch import save
+from safetensors.torch import load, save
 from sqlalchemy import func, select
 
 from service.api.app import create_app
@@ -47,7 +47,8 @@ def add_model(
         "mechanism": mech,
         "lineage": {"run_id": run or name, "step": step or mech.get("steps", 1)},
     }
-    resp = upload(client, save(tensors), json.dumps(meta))
+    data = save(tensors, metadata={"format": "pt", "source": name})
+    resp = upload(client, data, json.dumps(meta))
     assert resp.status_code == 201, resp.text
     return str(resp.json()["id"])
 
@@ -86,6 +87,23 @@ def test_lc_release_equals_a_numpy_reference_sum(client: TestClient, three: dict
             for i, mid in enumerate(three["ids"])
         )
         np.testing.assert_allclose(merged[name], reference, rtol=1e-5, atol=1e-6)
+    # provenance: what the inputs agree on, plus what was merged under which guarantee
+    header_len = int.from_bytes(data[:8], "little")
+    meta = json.loads(data[8 : 8 + header_len])["__metadata__"]
+    assert meta["format"] == "pt" and "source" not in meta
+    assert meta["retarget.release_id"] == release["release_id"]
+    assert meta["retarget.method"] == "lc" and meta["retarget.dataset_id"] == three["dataset"]
+    assert float(meta["retarget.epsilon"]) == release["epsilon"]
+    assert json.loads(meta["retarget.weights"]) == weight
+    # the file states what its LC guarantee assumes, as the release's notes do
+    assumes = [n for n in release["plan"]["notes"] if n.startswith("assumes: ")]
+    assert len(assumes) == (1 if len(weight) > 1 else 0)
+    if assumes:
+        assert meta["retarget.assumptions"] == assumes[0].removeprefix("assumes: ")
+        assert "independent randomness" in meta["retarget.assumptions"]
+        assert "fixed in advance" in meta["retarget.assumptions"]
+    else:
+        assert "retarget.assumptions" not in meta
 
 
 def test_the_same_request_never_draws_again(
@@ -112,6 +130,33 @@ def test_the_same_request_never_draws_again(
     model_shas = {client.get(f"/v1/models/{m}").json()["sha256"] for m in support}
     assert first.json()["sha256"] in model_shas
     assert "drawn_model_id" not in first.json()
+
+
+def test_an_output_dtype_casts_lc_and_rs_without_a_second_draw(
+    client: TestClient, three: dict
+) -> None:
+    lc_body = {"dataset_id": three["dataset"], "epsilon": 1.0, "delta": 1e-5, "method": "lc"}
+    lc32 = client.post("/v1/retarget", json=lc_body).json()
+    lc16 = client.post("/v1/retarget", json={**lc_body, "dtype": "bfloat16"}).json()
+    assert lc16["release_id"] != lc32["release_id"] and lc16["weights"] == lc32["weights"]
+    full = load(client.get(lc32["download_url"]).content)
+    half = load(client.get(lc16["download_url"]).content)
+    for name in SHAPES:
+        assert half[name].dtype == torch.bfloat16
+        # one rounding of the float32 accumulation, not an accumulation in bfloat16
+        assert torch.equal(half[name], full[name].to(torch.bfloat16))
+
+    rs_body = {**lc_body, "epsilon": 3.0, "method": "rs", "objective": "noise"}
+    first = client.post("/v1/retarget", json=rs_body).json()
+    drawn = load(client.get(first["download_url"]).content)
+    for dtype, torch_dtype in (("float16", torch.float16), ("bfloat16", torch.bfloat16)):
+        cast = client.post("/v1/retarget", json={**rs_body, "dtype": dtype})
+        assert cast.status_code == 201
+        got = load(client.get(cast.json()["download_url"]).content)
+        for name in SHAPES:  # the same model as the first draw, cast
+            assert torch.equal(got[name], drawn[name].to(torch_dtype))
+    bad = client.post("/v1/retarget", json={**rs_body, "dtype": "int8"})
+    assert bad.status_code == 422
 
 
 def test_octet_stream_and_conditional_downloads(client: TestClient, three: dict) -> None:
@@ -197,6 +242,11 @@ def test_a_release_over_the_cap_is_refused_and_nothing_released(
     for i, s in enumerate((0.6, 2.0)):
         add_model(client, ds, f"c{i}", sgd(s), seed=i)
     before = blob_files(settings)
+    over = {"dataset_id": ds, "epsilon": 3.0, "delta": 1e-5, "method": "rs", "objective": "noise"}
+    dry = client.post("/v1/plans", json=over)
+    assert dry.status_code == 200 and "over its cap" in dry.json()["warnings"][0]
+    fits = client.post("/v1/plans", json={**over, "epsilon": 0.9})
+    assert fits.json()["warnings"] == []
     resp = client.post(
         "/v1/retarget",
         json={
@@ -222,6 +272,9 @@ def test_a_release_over_the_cap_is_refused_and_nothing_released(
         },
     )
     assert ok.status_code == 201
+    # the delta the cap is enforced at is shown, not null
+    assert client.get(f"/v1/datasets/{ds}").json()["delta_cap"] == 1e-5
+    assert client.get(f"/v1/datasets/{ds}/ledger").json()["delta_cap"] == 1e-5
 
 
 def test_a_failure_in_the_middle_of_a_merge_leaves_no_release_and_no_blob(

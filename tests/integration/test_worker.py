@@ -272,6 +272,12 @@ def test_redis_down_keeps_the_api_up_and_reads_working(committed_db: str, tmp_pa
         with TestClient(app) as c:
             authorize(c, app.state.ctx.session_factory)
             model = register(c, SGD)
+            waiting = c.get("/readyz")
+            assert waiting.status_code == 503
+            assert "no worker" in waiting.json()["checks"]["workers"]
+            conn = redis.Redis.from_url(url)
+            queue = Queue(settings.queue_name, connection=conn, serializer=JSONSerializer)
+            SimpleWorker([queue], connection=conn).register_birth()
             assert c.get("/readyz").status_code == 200
             server.terminate()
             server.wait(timeout=10)

@@ -66,3 +66,24 @@ def _header_file(header: dict, body: bytes) -> bytes:
 def test_anything_but_a_complete_safetensors_file_is_refused(tmp_path: Path, data: bytes) -> None:
     with pytest.raises(InvalidUpload):
         read_signature(write(tmp_path, data))
+
+
+def test_a_torch_pickle_is_refused_with_how_to_convert_it(tmp_path: Path) -> None:
+    import io
+
+    for legacy in (False, True):
+        buf = io.BytesIO()
+        torch.save({"w": torch.zeros(3)}, buf, _use_new_zipfile_serialization=not legacy)
+        with pytest.raises(InvalidUpload, match=r"safetensors\.torch\.save_file"):
+            read_signature(write(tmp_path, buf.getvalue()))
+
+
+def test_a_safetensors_file_whose_length_bytes_look_like_a_pickle_is_accepted(
+    tmp_path: Path,
+) -> None:
+    # a header of exactly 0x0280 bytes makes the file start with the pickle opcode 80 02
+    header = json.dumps({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}).encode()
+    header += b" " * (0x0280 - len(header))
+    data = (0x0280).to_bytes(8, "little") + header + b"\x00" * 4
+    assert data[:2] == b"\x80\x02"
+    assert read_signature(write(tmp_path, data)) == {"w": {"dtype": "F32", "shape": [1]}}

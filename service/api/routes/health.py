@@ -20,7 +20,8 @@ def healthz() -> dict[str, str]:
 
 @router.get("/readyz", responses={503: {"description": "a dependency is unreachable"}})
 def readyz(ctx: ContextDep) -> JSONResponse:
-    """The database, the blob store and the profile cache (Redis, when configured) are reachable."""
+    """The database, the blob store and the profile cache (Redis, when configured) are
+    reachable, and with Redis a worker is alive to compute queued jobs."""
     checks: dict[str, Any] = {}
     try:
         with ctx.engine.connect() as conn:
@@ -31,6 +32,8 @@ def readyz(ctx: ContextDep) -> JSONResponse:
     checks["blobs"] = "ok" if ctx.blobs.ready() else "unreachable"
     # "in-process" (the embedded default: no Redis) is ready too
     checks["cache"] = ctx.jobs.ready()[1]
+    # with Redis, profiles and deployment jobs wait for a worker: none alive is not ready
+    checks["workers"] = ctx.jobs.workers()
     ready = all(v in ("ok", "in-process") for v in checks.values())
     return JSONResponse(
         {"status": "ready" if ready else "unavailable", "checks": checks},

@@ -23,7 +23,7 @@ from service.api.schemas import (
 )
 from service.errors import InvalidInput, ProfilesPending
 from service.jobs.plans import guarantee_for, plan_for
-from service.jobs.releases import exposed_by
+from service.jobs.releases import cap_warning, exposed_by
 from service.registry.db import session_scope
 
 router = APIRouter(prefix="/v1/plans", tags=["plans"])
@@ -161,9 +161,12 @@ async def create_plan(body: PlanRequest, ctx: ContextDep) -> PlanPublic | JSONRe
                     model_ids=body.model_ids,
                     spec=spec,
                 )
+                warning = cap_warning(session, ctx.jobs, body.dataset_id, plan)
         except ProfilesPending as exc:
             return pending_response([job_or_queued(ctx.jobs, j) for j in exc.job_ids])
         public = to_public(plan, body.epsilon)
+        if warning is not None:
+            public.warnings.append(warning)
         if spec.objective != "validation":
             RECENT.put(key, public)
         return public

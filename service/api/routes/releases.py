@@ -86,6 +86,7 @@ async def retarget(body: RetargetRequest, request: Request, ctx: ContextDep) -> 
                     model_ids=body.model_ids,
                     spec=spec,
                     deployment=body.deployment,
+                    dtype=body.dtype,
                 )
                 public = release_public(release)
         except ProfilesPending as exc:
@@ -160,7 +161,9 @@ def get_ledger(dataset_id: str, ctx: ContextDep) -> LedgerPublic | JSONResponse:
                     epsilon=round_up(bound.epsilon), delta=bound.delta, accountant=bound.accountant
                 ),
                 epsilon_cap=dataset.epsilon_cap,
-                delta_cap=dataset.delta_cap,
+                delta_cap=release_service.ledger_delta(dataset)
+                if dataset.epsilon_cap is not None
+                else None,
             )
     except ProfilesPending as exc:
         return pending_response([job_or_queued(ctx.jobs, j) for j in exc.job_ids])
