@@ -120,6 +120,7 @@ def test_dashboard_pages_and_plan_explorer(server: tuple[str, Path], browser: Br
     page.wait_for_load_state("networkidle")
     assert images_loaded(page)
     assert "download weights" in page.inner_text("main")
+    assert "(lineage verified)" in page.inner_text("main")
     shoot(page, "04-model")
 
     page.goto(f"{base}/admin/datasets/{made['dataset']}/explorer")
