@@ -5,6 +5,7 @@ nothing stored. Only verified lineage earns the one-trajectory accounting."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import threading
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select, text, update
 
 from service.accounting.lineage import lineage_steps
 from service.accounting.mechanisms import parse_mechanism
@@ -303,3 +304,50 @@ def test_lineage_steps_of_each_per_step_mechanism() -> None:
     }
     assert lineage_steps(parse_mechanism(bis)) == 30
     assert lineage_steps(parse_mechanism({"type": "non_private"})) is None
+
+
+def test_postgres_registrations_of_a_run_wait_for_the_runs_advisory_lock(
+    committed_db: str, tmp_path: Path
+) -> None:
+    """Across processes the per-run advisory lock is what serialises: while another
+    connection holds it, a registration of that run waits; other runs do not."""
+    engine = make_engine(committed_db)
+    factory = make_sessionmaker(engine)
+    blobs = LocalBlobStore(tmp_path / "blobs")
+    with factory() as s:
+        ds = repository.create_dataset(session=s, name="locked").id
+        s.commit()
+    name = f"lineage\x00{ds}\x00r"
+    key = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
+    done: dict[str, threading.Event] = {r: threading.Event() for r in ("r", "other")}
+
+    def run(run_id: str) -> None:
+        spec = repository.ModelSpec(
+            dataset_id=ds,
+            name=f"m-{run_id}",
+            version=1,
+            mechanism=parse_mechanism(sgd(1.0, steps=10)),
+            run_id=run_id,
+            step=10,
+        )
+        with factory() as s:
+            repository.register_model(
+                session=s, blobs=blobs, spec=spec, chunks=iter([checkpoint_bytes(len(run_id))])
+            )
+        done[run_id].set()
+
+    holder = engine.connect()
+    try:
+        holder.execute(text("SELECT pg_advisory_lock(:k)"), {"k": key})
+        threads = [threading.Thread(target=run, args=(r,)) for r in ("r", "other")]
+        for t in threads:
+            t.start()
+        assert done["other"].wait(30)  # another run is not held up
+        assert not done["r"].wait(1.0)  # this run waits for the lock
+        holder.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
+        assert done["r"].wait(30)
+        for t in threads:
+            t.join()
+    finally:
+        holder.close()
+        engine.dispose()
