@@ -42,17 +42,18 @@ def frontier_chart(result: DemoResult, family: str) -> Chart:
             chart.series.append(
                 Series(label + (" (expected)" if method == "rs" else ""), pts, dashed, color=color)
             )
+    # the paper's composition is an RDP bound (Algorithm 3): beside LC under RDP
     paper = sorted(
         (s.paper_epsilon, s.mean)
         for s in rows
         if s.method == "lc"
-        and s.accountant == "pld"
+        and s.accountant == "rdp"
         and s.objective == "noise"
         and s.paper_epsilon is not None
     )
     if paper:
         chart.series.append(
-            Series(f"LC, paper's epsilon ({PAPER_LABEL})", paper, True, color="#7f7f7f")
+            Series(f"LC, paper's epsilon (RDP; {PAPER_LABEL})", paper, True, color="#7f7f7f")
         )
     val = [(s.target, s.mean) for s in rows if s.objective == "validation"]
     if val:
@@ -70,17 +71,18 @@ def _seed_table(result: DemoResult, family: str) -> list[str]:
         "deviation, min-max). RS: the expected accuracy of its draw; LC: the released model.",
         "",
         "| target | method | accountant | objective | epsilon | accuracy mean | sd | "
-        f"min-max | seeds | paper's epsilon ({PAPER_LABEL}) |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        f"min-max | models | seeds | paper's epsilon (RDP; {PAPER_LABEL}) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for s in stats(result):
         if s.family != family:
             continue
-        paper = f"{s.paper_epsilon:.4g}" if s.paper_epsilon is not None else ""
+        shown = s.paper_epsilon is not None and s.accountant == "rdp"
+        paper = f"{s.paper_epsilon:.4g}" if shown else ""
         lines.append(
             f"| {s.target:g} | {s.method} | {s.accountant} | {s.objective} | {s.epsilon:.4g} "
             f"| {s.mean:.3f} | {s.sd:.3f} | {min(s.compared):.3f}-{max(s.compared):.3f} "
-            f"| {s.n} | {paper} |"
+            f"| {s.models} | {s.n} | {paper} |"
         )
     return lines
 
