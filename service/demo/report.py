@@ -186,6 +186,15 @@ def write_report(result: DemoResult, out: Path) -> None:
             if ck["lc_refusal"]
             else "- LC: not refused",
         ]
+        if ck.get("average"):
+            a = ck["average"]
+            lines.append(
+                f"- checkpoint averaging (all {len(ck['models'])}, uniform): epsilon "
+                f"{a['epsilon']:.4g} ({a['accountant']}), exactly the latest checkpoint's "
+                f"({a['latest']}: {a['latest_epsilon']:.4g}), since the average is a "
+                f"post-processing of the run up to it; test accuracy {a['test_accuracy']:.3f} "
+                f"against {a['latest_test_accuracy']:.3f} for {a['latest']} alone"
+            )
     if result.dashboard:
         d = result.dashboard
         lines += [

@@ -69,6 +69,10 @@ def test_demo_trains_registers_releases_and_reports(demo: tuple[Path, list[str]]
     model.load_state_dict(merged)
     assert abs(accuracy(model, test) - lc["test_accuracy"]) < 0.01
     assert report["checkpoints"]["lc_refusal"]["status"] == 422
+    # averaging the run's checkpoints: the latest one's epsilon, a model that works
+    average = report["checkpoints"]["average"]
+    assert abs(average["epsilon"] - average["latest_epsilon"]) <= 1e-5 * average["epsilon"]
+    assert average["test_accuracy"] > 0.3
     # an LC release of several runs states what its bound assumes
     merged_lc = next(r for r in rows if r["method"] == "lc" and len(r["weights"]) > 1)
     release = _release_of(tmp_path, merged_lc["release_id"])
