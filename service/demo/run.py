@@ -2,15 +2,19 @@
 
 1. Train logistic regressions and small MLPs with Opacus on the digits' train
    split (three or more privacy settings each, as in appendix H.1 of the paper),
-   and one run saved at several epochs (H.3).
+   once per seed (three seeds, every run with its own randomness), and one run
+   saved at several epochs (H.3).
 2. Start the service on its embedded defaults (SQLite, a local blob folder,
    in-process accounting) in a fresh folder, and register the dataset, its public
    validation split and every model through the HTTP API.
-3. For targets between the input models' epsilons: plan and release RS and LC
-   under RDP and PLD, download each release and score it on the test split; ask
-   the service what each LC release's weights prove under the other accountant.
-4. Checkpoints of one run: RS works, LC is refused with its reason.
-5. Write ``report.md``, ``report.json`` and one ``frontier-<family>.svg`` per family.
+3. For targets between the input models' epsilons, for each seed's models: plan and
+   release RS and LC under RDP and PLD, download each release and score it on the
+   1,000 held-out test examples; ask the service what each LC release's weights prove
+   under the other accountant.
+4. Checkpoints of one run: RS works, LC is refused with its reason, and their
+   average costs exactly the latest checkpoint's guarantee.
+5. Write ``report.md`` (headline, mean and spread over seeds, every release),
+   ``report.json``, one ``frontier-<family>.svg`` per family, and the dashboard key.
 """
 
 from __future__ import annotations
