@@ -241,6 +241,11 @@ class PendingPublic(BaseModel):
 
 class RetargetRequest(PlanRequest):
     deployment: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = None
+    dtype: Literal["float32", "bfloat16", "float16"] | None = Field(
+        default=None,
+        description="the released file's float tensors in this dtype (accumulation is "
+        "float32 either way; an RS release is the drawn model cast); default: the inputs'",
+    )
 
 
 class ReleasePublic(BaseModel):
