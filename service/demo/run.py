@@ -200,10 +200,11 @@ def _train_all(
         f"{len(options.settings)} settings x {len(options.seeds)} seeds, and one run saved "
         f"after epochs {', '.join(map(str, options.checkpoint_epochs))}"
     )
+    shown: set[str] = set()  # library notices already shown in this demo
     for i, (group, cfg) in enumerate(configs, 1):
         progress(f"[{i}/{len(configs)}] {cfg.name}")
         trained.setdefault(group, []).extend(
-            train(cfg, data.train, data.validation, data.test, folder, progress)
+            train(cfg, data.train, data.validation, data.test, folder, progress, shown)
         )
     return trained
 
