@@ -32,7 +32,9 @@ from service.config import Settings, get_settings
 from service.dashboard import routes as dashboard
 from service.jobs.metrics import JobsCollector
 from service.jobs.queue import InProcessJobs, Jobs, RQJobs
+from service.jobs.runner import RUNNERS
 from service.jobs.store import redis_client
+from service.jobs.tasks import TASKS
 from service.registry.blobs import LocalBlobStore
 from service.registry.db import make_engine, make_sessionmaker
 
@@ -65,7 +67,7 @@ def create_app(
     engine = make_engine(settings.resolved_database_url)
     factory = session_factory or make_sessionmaker(engine)
     jobs: Jobs = (
-        RQJobs(redis_client(settings.redis_url), settings)
+        RQJobs(redis_client(settings.redis_url), settings, tasks=TASKS)
         if settings.redis_url
         else InProcessJobs(factory)
     )
@@ -77,7 +79,7 @@ def create_app(
         jobs=jobs,
     )
     if isinstance(jobs, InProcessJobs):
-        jobs.context = ctx
+        jobs.context, jobs.runners = ctx, RUNNERS
     app = FastAPI(
         title="Retarget",
         version=__version__,

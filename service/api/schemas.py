@@ -103,6 +103,11 @@ class ModelPublic(BaseModel):
     mechanism: dict[str, Any]
     mechanism_hash: str
     lineage: Lineage | None
+    lineage_verified: bool = Field(
+        default=False,
+        description="the checkpoint's mechanism was checked step for step against its run's "
+        "other checkpoints at registration; only verified checkpoints count as one run",
+    )
     signature: dict[str, Any]
     signature_hash: str
     sha256: str

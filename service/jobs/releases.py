@@ -63,11 +63,13 @@ def ledger_delta(dataset: Dataset) -> float:
 
 
 def representatives(models: list[Model]) -> list[Model]:
-    """One model per run (its latest checkpoint); models without a run stand alone."""
+    """One model per run (its latest checkpoint with verified lineage: every earlier
+    verified checkpoint is a prefix of it, so post-processing of it); models without a
+    run, or whose lineage was not verified, stand alone (independent models)."""
     by_run: dict[str, Model] = {}
     alone: list[Model] = []
     for m in models:
-        if m.lineage_run_id is None:
+        if m.lineage_run_id is None or not m.lineage_verified:
             alone.append(m)
         else:
             best = by_run.get(m.lineage_run_id)

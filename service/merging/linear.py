@@ -18,6 +18,7 @@ import torch
 from safetensors import safe_open
 
 from service.errors import InvalidInput
+from service.formats.checkpoints import read_signature
 from service.merging.base import MergeInput, MergeMethod, merge_device
 from service.merging.safetensors_stream import (
     DTYPES,
@@ -26,7 +27,6 @@ from service.merging.safetensors_stream import (
     tensor_bytes,
     tensor_views,
 )
-from service.registry.checkpoints import read_signature
 
 
 class LinearMerge(MergeMethod):
