@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from html import escape
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
+#: characters per legend line: the legend column is 140 px of 12 px text
+LEGEND_CHARS = 22
 
 
 @dataclass
@@ -93,6 +96,7 @@ def render(chart: Chart) -> str:
         f'<text transform="translate(18,{top + h / 2}) rotate(-90)" text-anchor="middle">'
         f"{escape(chart.y_label)}</text>"
     )
+    ly = top + 14
     for k, s in enumerate(chart.series):
         color = s.color or PALETTE[k % len(PALETTE)]
         good = [(x, y) for x, y in s.points if math.isfinite(x) and math.isfinite(y)]
@@ -105,7 +109,6 @@ def render(chart: Chart) -> str:
             )
         for x, y in good:
             out.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3" fill="{color}"/>')
-        ly = top + 14 + 18 * k
         if s.markers_only:
             out.append(f'<circle cx="{left + w + 18}" cy="{ly - 3}" r="4" fill="{color}"/>')
         else:
@@ -114,6 +117,16 @@ def render(chart: Chart) -> str:
                 f'<line x1="{left + w + 8}" y1="{ly - 3}" x2="{left + w + 26}" y2="{ly - 3}" '
                 f'stroke="{color}" stroke-width="2"{dash}/>'
             )
-        out.append(f'<text x="{left + w + 30}" y="{ly + 1}">{escape(s.label)}</text>')
+        # a long label wraps inside the legend column (cut off, a caveat would not be read);
+        # the whole label is also the entry's tooltip
+        lines = textwrap.wrap(s.label, LEGEND_CHARS) or [s.label]
+        spans = "".join(
+            f'<tspan x="{left + w + 30}" dy="{0 if i == 0 else 14}">{escape(line)}</tspan>'
+            for i, line in enumerate(lines)
+        )
+        out.append(
+            f'<text x="{left + w + 30}" y="{ly + 1}"><title>{escape(s.label)}</title>{spans}</text>'
+        )
+        ly += 18 + 14 * (len(lines) - 1)
     out.append("</svg>")
     return "\n".join(out)

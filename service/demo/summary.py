@@ -33,6 +33,7 @@ class Stat:
     values: tuple[float, ...]  # released test accuracy, one per seed
     expected: tuple[float, ...]  # RS: expected test accuracy, one per seed
     paper_epsilon: float | None
+    models: int  # the most models any seed's release merged or mixed
 
     @property
     def n(self) -> int:
@@ -78,6 +79,7 @@ def stats(result: DemoResult) -> list[Stat]:
                     for r in rows
                 ),
                 paper_epsilon=max(papers) if papers else None,
+                models=max(len(r.weights) for r in rows),
             )
         )
     return out
@@ -135,11 +137,12 @@ def headline(result: DemoResult) -> str:
     lc_wins = sum(c.verdict == "lc" for c in cmp)
     rs_wins = sum(c.verdict == "rs" for c in cmp)
     ties = len(cmp) - lc_wins - rs_wins
+    merged = sum(c.lc.models > 1 for c in cmp)
     mean_gap = 100 * statistics.fmean(c.difference for c in cmp)
     if lc_wins and not rs_wins:
-        lead = "LC beat RS"
+        lead = "LC was never worse than RS and sometimes better"
     elif rs_wins and not lc_wins:
-        lead = "RS beat LC"
+        lead = "LC never beat RS"
     elif lc_wins and rs_wins:
         lead = "Neither method won everywhere"
     else:
@@ -147,6 +150,7 @@ def headline(result: DemoResult) -> str:
     return (
         f"{lead} under the sound LC bound: over {len(cmp)} target(s) and {seeds} seeds, "
         f"LC's released test accuracy was clearly higher than RS's expected accuracy at "
-        f"{lc_wins}, clearly lower at {rs_wins} and within the seeds' noise at {ties} "
-        f"(mean difference LC - RS {mean_gap:+.1f} points; PLD accounting for both)."
+        f"{lc_wins}, clearly lower at {rs_wins} and within the seeds' noise at {ties}, and "
+        f"LC merged more than one model at only {merged} of them (mean difference LC - RS "
+        f"{mean_gap:+.1f} points; PLD accounting for both)."
     )

@@ -95,8 +95,11 @@ def train(
     test: Split,
     out_dir: Path,
     progress: Callable[[str], None] = print,
+    shown: set[str] | None = None,
 ) -> list[TrainedModel]:
-    """Train one run; return its final model and any earlier checkpoints asked for."""
+    """Train one run; return its final model and any earlier checkpoints asked for.
+    Library notices already in ``shown`` (shared by the runs of one demo) are not
+    repeated."""
     from opacus import PrivacyEngine
 
     logging.getLogger("opacus").setLevel(logging.ERROR)
@@ -112,7 +115,7 @@ def train(
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         engine = PrivacyEngine(accountant="rdp", secure_mode=False)
-    _show_once(caught, progress)
+    _show_once(caught, progress, set() if shown is None else shown)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         private, optimizer, loader = engine.make_private(
@@ -153,16 +156,15 @@ def train(
     return saved
 
 
-_SHOWN: set[str] = set()
-
-
-def _show_once(caught: list[warnings.WarningMessage], progress: Callable[[str], None]) -> None:
+def _show_once(
+    caught: list[warnings.WarningMessage], progress: Callable[[str], None], shown: set[str]
+) -> None:
     """Opacus warns on every engine it builds (secure RNG off: fine for a demo, which
-    trains fast; production training turns ``secure_mode`` on). Say so once per process."""
+    trains fast; production training turns ``secure_mode`` on). Say each notice once."""
     for w in caught:
         text = " ".join(str(w.message).split())
-        if text not in _SHOWN:
-            _SHOWN.add(text)
+        if text not in shown:
+            shown.add(text)
             progress(f"note from Opacus (shown once): {text}")
 
 

@@ -69,6 +69,10 @@ def test_demo_trains_registers_releases_and_reports(demo: tuple[Path, list[str]]
     model.load_state_dict(merged)
     assert abs(accuracy(model, test) - lc["test_accuracy"]) < 0.01
     assert report["checkpoints"]["lc_refusal"]["status"] == 422
+    # averaging the run's checkpoints: the latest one's epsilon, a model that works
+    average = report["checkpoints"]["average"]
+    assert abs(average["epsilon"] - average["latest_epsilon"]) <= 1e-5 * average["epsilon"]
+    assert average["test_accuracy"] > 0.3
     # an LC release of several runs states what its bound assumes
     merged_lc = next(r for r in rows if r["method"] == "lc" and len(r["weights"]) > 1)
     release = _release_of(tmp_path, merged_lc["release_id"])
@@ -135,7 +139,9 @@ def test_demo_report_has_seeds_held_out_split_headline_and_labelled_paper_curve(
     # the paper's curve appears only beside the sound one, and labelled
     label = "holds only if gradients do not depend on hidden state"
     svg = (tmp_path / "frontier-logreg.svg").read_text()
-    assert "LC, PLD (sound bound)" in svg
-    if any(r["paper_epsilon"] is not None for r in report["rows"]):
-        assert f"paper&#x27;s epsilon ({label})" in svg or f"paper's epsilon ({label})" in svg
+    assert "LC, PLD (sound bound)" in svg and "LC, RDP (sound bound)" in svg
+    papers = [r for r in report["rows"] if r["paper_epsilon"] is not None]
+    assert papers  # the quick run merges several runs at its top target
+    assert all(r["method"] == "lc" and len(r["weights"]) > 1 for r in papers)
+    assert f"epsilon (RDP; {label})" in svg
     assert label in md
