@@ -40,6 +40,16 @@ class Settings(BaseSettings):
     auto_migrate: bool = Field(
         default=True, description="Run `alembic upgrade head` when the server starts."
     )
+    profile_max_pld_points: float = Field(
+        default=8_000_000,
+        gt=0,
+        description="Largest estimated PLD grid (points) a profile computes; past it, RDP only.",
+    )
+    profile_max_rdp_evaluations: int = Field(
+        default=20_000_000,
+        gt=0,
+        description="Largest RDP computation (orders x distinct steps); past it, 422 at upload.",
+    )
     queue_name: str = Field(default="retarget", description="RQ queue of the accounting jobs.")
     job_timeout_s: int = Field(default=1800, gt=0, description="Longest one job may run.")
     job_retries: int = Field(default=3, ge=0, description="Retries of a failed or lost job.")

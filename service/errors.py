@@ -5,7 +5,8 @@ to a status code and a problem+json ``type`` (``service/api/problems.py``).
 
     RetargetError
     ├── InvalidInput        input that parses but makes no sense (422)
-    │   └── InvalidUpload   an uploaded file that is not a valid safetensors file (422)
+    │   ├── InvalidUpload   an uploaded file that is not a valid safetensors file (422)
+    │   └── ProfileTooCostly a mechanism whose profile cannot be computed within limits (422)
     ├── PayloadTooLarge     a body over the configured limit (413)
     ├── Unauthenticated     no valid API key (401)
     ├── Forbidden           the key lacks the scope (403)
@@ -38,6 +39,10 @@ class InvalidInput(RetargetError):
 
 class InvalidUpload(InvalidInput):
     """An uploaded file that is not a valid safetensors checkpoint."""
+
+
+class ProfileTooCostly(InvalidInput):
+    """A mechanism whose privacy profile cannot be computed within the configured limits."""
 
 
 class PayloadTooLarge(RetargetError):

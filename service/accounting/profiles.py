@@ -30,6 +30,13 @@ from service.accounting.conversions import (
     delta_from_rdp_grid,
     eps_from_rdp,
 )
+from service.accounting.cost import (
+    EXP_LIMIT,
+    CostLimits,
+    ProfileCost,
+    exceeds,
+    gaussian_pld_points,
+)
 from service.accounting.curves import EPS_GRID, DeltaCurves
 from service.accounting.mechanisms import (
     DPSGD,
@@ -271,11 +278,20 @@ def _safe(values: NDArray) -> NDArray[np.float64]:
 # -- builders, one per mechanism type ---------------------------------------------
 
 
-def _gaussian(mech: Gaussian, discretization: float) -> dict[str, Any]:
+def _gaussian(mech: Gaussian, discretization: float, limits: CostLimits) -> dict[str, Any]:
     sigma = mech.sigma
+    rdp = RdpProfile(ORDERS, _safe(mech.count * ORDERS / (2.0 * sigma**2)))
+    groups = [(1.0, sigma, mech.count)]
+    cost = ProfileCost(
+        rdp_evaluations=ORDERS.shape[0],
+        pld_points=gaussian_pld_points(groups, ORDERS, rdp.epsilons, discretization),
+        compositions=mech.count,
+    )
+    pld, notes = _pld_within(cost, limits, lambda: subsampled_gaussian_pld(groups, discretization))
     return {
-        "rdp": RdpProfile(ORDERS, _safe(mech.count * ORDERS / (2.0 * sigma**2))),
-        "pld": subsampled_gaussian_pld([(1.0, sigma, mech.count)], discretization),
+        "rdp": rdp,
+        "pld": pld,
+        "notes": notes,
         "methods": {
             "rdp": "Gaussian mechanism, alpha * count / (2 sigma^2) (Mironov 2017, Prop. 7)",
             "pld": "dp_accounting Gaussian PLD of sigma / sqrt(count), pessimistic",
@@ -331,12 +347,17 @@ def _pessimistic_groups(
     return [(a, b, c) for (a, b), c in grouped.items()], True
 
 
-def _dp_sgd(mech: DPSGD, discretization: float) -> dict[str, Any]:
+def _dp_sgd(mech: DPSGD, discretization: float, limits: CostLimits) -> dict[str, Any]:
     q, sigma, counts = _dp_sgd_groups(mech)
     per_pair = subsampled_gaussian_rdp(q, sigma, ORDERS)
     rdp = _safe(np.sum(per_pair * counts[:, None], axis=0))
     groups, grouped = _pessimistic_groups(q, sigma, counts)
-    notes = []
+    cost = ProfileCost(
+        rdp_evaluations=ORDERS.shape[0] * q.shape[0],
+        pld_points=gaussian_pld_points(groups, ORDERS, rdp, discretization),
+        compositions=int(counts.sum()),
+    )
+    pld, notes = _pld_within(cost, limits, lambda: subsampled_gaussian_pld(groups, discretization))
     if grouped:
         notes.append(
             f"{q.shape[0]} distinct steps were grouped into {len(groups)} for the PLD "
@@ -349,7 +370,7 @@ def _dp_sgd(mech: DPSGD, discretization: float) -> dict[str, Any]:
         )
     return {
         "rdp": RdpProfile(ORDERS, rdp),
-        "pld": subsampled_gaussian_pld(groups, discretization),
+        "pld": pld,
         "heuristic": mech.heuristic,
         "notes": notes,
         "methods": {
@@ -360,7 +381,9 @@ def _dp_sgd(mech: DPSGD, discretization: float) -> dict[str, Any]:
     }
 
 
-def _bis(mech: BalancedIterationSubsampling, discretization: float) -> dict[str, Any]:
+def _bis(
+    mech: BalancedIterationSubsampling, discretization: float, limits: CostLimits
+) -> dict[str, Any]:
     integer = np.array([float(a).is_integer() and a >= 2 for a in ORDERS])
     ints = ORDERS[integer]
     d, k, sigma = mech.iterations, mech.participations, mech.noise_multiplier
@@ -384,7 +407,7 @@ def _bis(mech: BalancedIterationSubsampling, discretization: float) -> dict[str,
     }
 
 
-def _rdp_curve(mech: RDPCurve, discretization: float) -> dict[str, Any]:
+def _rdp_curve(mech: RDPCurve, discretization: float, limits: CostLimits) -> dict[str, Any]:
     pts = mech.points()
     return {
         "rdp": RdpProfile(
@@ -400,7 +423,7 @@ def _rdp_curve(mech: RDPCurve, discretization: float) -> dict[str, Any]:
     }
 
 
-def _epsilon_delta(mech: EpsilonDelta, discretization: float) -> dict[str, Any]:
+def _epsilon_delta(mech: EpsilonDelta, discretization: float, limits: CostLimits) -> dict[str, Any]:
     eps0, delta0 = mech.epsilon, mech.delta
     rdp = None
     if delta0 == 0:
@@ -411,10 +434,16 @@ def _epsilon_delta(mech: EpsilonDelta, discretization: float) -> dict[str, Any]:
         a = ORDERS
         val = np.logaddexp(a * log_p + (1 - a) * log_1mp, a * log_1mp + (1 - a) * log_p)
         rdp = RdpProfile(ORDERS, _safe(np.minimum(val / (a - 1), eps0)))
+    notes = [] if rdp is not None else ["delta > 0: no finite RDP; only the PLD applies"]
+    pld = None
+    if eps0 <= EXP_LIMIT:
+        pld = epsilon_delta_pld(eps0, delta0, discretization)
+    else:
+        notes.append(f"epsilon {eps0} is past e^{EXP_LIMIT:g}: no PLD; the RDP curve applies")
     return {
         "rdp": rdp,
-        "pld": epsilon_delta_pld(eps0, delta0, discretization),
-        "notes": [] if rdp is not None else ["delta > 0: no finite RDP; only the PLD applies"],
+        "pld": pld,
+        "notes": notes,
         "methods": {
             "rdp": "randomized response (pure DP)" if rdp is not None else "none",
             "pld": "tight privacy profile of a generic (epsilon, delta)-DP mechanism",
@@ -422,7 +451,7 @@ def _epsilon_delta(mech: EpsilonDelta, discretization: float) -> dict[str, Any]:
     }
 
 
-def _non_private(mech: NonPrivate, discretization: float) -> dict[str, Any]:
+def _non_private(mech: NonPrivate, discretization: float, limits: CostLimits) -> dict[str, Any]:
     return {
         "rdp": None,
         "pld": None,
@@ -432,7 +461,21 @@ def _non_private(mech: NonPrivate, discretization: float) -> dict[str, Any]:
     }
 
 
-BUILDERS: dict[str, Callable[[Any, float], dict[str, Any]]] = {
+def _pld_within(
+    cost: ProfileCost, limits: CostLimits, build: Callable[[], PldPair]
+) -> tuple[PldPair | None, list[str]]:
+    """The PLD when its estimated cost is within ``limits``; else none and a note.
+
+    Leaving the PLD out is sound: every query then uses the RDP curve (and the
+    privacy profile derived from it), an upper bound, only a looser one.
+    """
+    over = exceeds(ProfileCost(0, cost.pld_points, cost.compositions), limits)
+    if over:
+        return None, [f"no PLD: {over[0]}; the RDP curve is used instead (sound, looser)"]
+    return build(), []
+
+
+BUILDERS: dict[str, Callable[[Any, float, CostLimits], dict[str, Any]]] = {
     "gaussian": _gaussian,
     "dp_sgd": _dp_sgd,
     "balanced_iteration_subsampling": _bis,
@@ -443,12 +486,19 @@ BUILDERS: dict[str, Callable[[Any, float], dict[str, Any]]] = {
 
 
 def compute_profile(
-    mechanism: Mechanism, *, discretization: float = DEFAULT_DISCRETIZATION
+    mechanism: Mechanism,
+    *,
+    discretization: float = DEFAULT_DISCRETIZATION,
+    limits: CostLimits | None = None,
 ) -> PrivacyProfile:
-    """The privacy profile of ``mechanism`` (every bound an upper bound)."""
+    """The privacy profile of ``mechanism`` (every bound an upper bound).
+
+    A PLD whose estimated cost (``service.accounting.cost``) is over ``limits``
+    is left out, with a note: queries then use the RDP curve.
+    """
     if not 0 < discretization <= 0.1:
         raise ValueError(f"discretization must be in (0, 0.1], got {discretization}")
-    built = BUILDERS[mechanism.type](mechanism, discretization)
+    built = BUILDERS[mechanism.type](mechanism, discretization, limits or CostLimits())
     parameters = {"discretization": discretization, **built.pop("parameters", {})}
     return PrivacyProfile(
         mechanism_type=mechanism.type,

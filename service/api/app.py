@@ -31,6 +31,7 @@ from service.api.routes import jobs as jobs_routes
 from service.config import Settings, get_settings
 from service.dashboard import routes as dashboard
 from service.jobs.metrics import JobsCollector
+from service.jobs.profiles import cost_limits
 from service.jobs.queue import InProcessJobs, Jobs, RQJobs
 from service.jobs.store import redis_client
 from service.registry.blobs import LocalBlobStore
@@ -67,7 +68,7 @@ def create_app(
     jobs: Jobs = (
         RQJobs(redis_client(settings.redis_url), settings)
         if settings.redis_url
-        else InProcessJobs(factory)
+        else InProcessJobs(factory, limits=cost_limits(settings))
     )
     ctx = AppContext(
         settings=settings,

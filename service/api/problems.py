@@ -8,7 +8,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import OperationalError, StatementError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service import errors
@@ -21,6 +21,7 @@ PROBLEM_JSON = "application/problem+json"
 #: most specific class is looked up first along the class's MRO.
 TABLE: dict[type[errors.RetargetError], tuple[int, str, str]] = {
     errors.InvalidUpload: (422, "invalid-upload", "Invalid checkpoint upload"),
+    errors.ProfileTooCostly: (422, "profile-too-costly", "Profile too costly to compute"),
     errors.InvalidInput: (422, "invalid-input", "Invalid input"),
     errors.PayloadTooLarge: (413, "payload-too-large", "Payload too large"),
     errors.Unauthenticated: (401, "unauthorized", "Unauthorized"),
@@ -129,6 +130,17 @@ def install(app: FastAPI) -> None:
             "the database is unreachable; try again shortly",
             headers={"Retry-After": "2"},
         )
+
+    @app.exception_handler(StatementError)
+    async def _statement(request: Request, exc: StatementError) -> JSONResponse:
+        # a value the database cannot hold (a NUL character on Postgres, an integer
+        # past 64 bits on SQLite) is bad input, refused before anything is stored
+        if isinstance(exc.orig, ValueError | OverflowError):
+            reason = str(exc.orig).split("\n")[0]
+            return problem(
+                422, "invalid-input", "Invalid input", f"a value cannot be stored: {reason}"
+            )
+        return await _unexpected(request, exc)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
