@@ -16,6 +16,7 @@ to a status code and a problem+json ``type`` (``service/api/problems.py``).
     ├── InfeasibleTarget    no plan meets the target (422, carries min_epsilon)
     ├── Unsupported         the analysis does not apply to these inputs (422)
     ├── StorageError        the blob store, database or cache failed (503)
+    ├── Busy                a lock or the connection pool stayed taken: retry (429)
     └── ProfilesPending     profiles are being computed: try again (202, not an error)
 """
 
@@ -79,6 +80,10 @@ class Unsupported(RetargetError):
 
 class StorageError(RetargetError):
     """The blob store or the database could not complete the operation."""
+
+
+class Busy(RetargetError):
+    """A shared resource (a dataset's release lock, the connection pool) stayed taken."""
 
 
 class ProfilesPending(RetargetError):

@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from service.api.gate import KeyCache, bearer, lookup
 from service.config import Settings
 from service.errors import Forbidden, Unauthenticated
+from service.jobs.plan_jobs import PlanJobs
 from service.jobs.queue import Jobs
 from service.registry.blobs import BlobStore
 
@@ -27,6 +28,7 @@ class AppContext:
     blobs: BlobStore
     jobs: Jobs
     key_cache: KeyCache = field(default_factory=KeyCache)
+    plan_jobs: PlanJobs = field(default_factory=PlanJobs)
 
 
 def get_context(request: Request) -> AppContext:

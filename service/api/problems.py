@@ -9,6 +9,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import OperationalError, StatementError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service import errors
@@ -31,6 +32,7 @@ TABLE: dict[type[errors.RetargetError], tuple[int, str, str]] = {
     errors.Conflict: (409, "conflict", "Conflict"),
     errors.InfeasibleTarget: (422, "infeasible-target", "Target not reachable"),
     errors.Unsupported: (422, "unsupported", "Analysis does not apply"),
+    errors.Busy: (429, "busy", "Busy, retry later"),
     errors.StorageError: (503, "storage-unavailable", "Storage unavailable"),
     errors.ProfileFailed: (500, "profile-failed", "Profile computation failed"),
     errors.ProfilesPending: (503, "profiles-pending", "Profiles are being computed"),
@@ -78,6 +80,8 @@ def for_domain_error(exc: errors.RetargetError) -> JSONResponse:
             status, slug, title = TABLE[cls]
             break
     headers = {"WWW-Authenticate": 'Bearer realm="retarget"'} if status == 401 else None
+    if status == 429:
+        headers = {"Retry-After": "1"}
     return problem(status, slug, title, exc.detail, headers=headers, **exc.extra)
 
 
@@ -130,6 +134,12 @@ def install(app: FastAPI) -> None:
             "the database is unreachable; try again shortly",
             headers={"Retry-After": "2"},
         )
+
+    @app.exception_handler(PoolTimeoutError)
+    async def _pool_exhausted(request: Request, exc: PoolTimeoutError) -> JSONResponse:
+        # every connection of the pool is taken: the caller retries, nothing was done
+        log.warning("connection pool exhausted on %s %s", request.method, request.url.path)
+        return for_domain_error(errors.Busy("the service is busy; retry shortly"))
 
     @app.exception_handler(StatementError)
     async def _statement(request: Request, exc: StatementError) -> JSONResponse:

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 import torch
 from fastapi.testclient import TestClient
 from safetensors.torch import save
 
+from service.api.app import create_app
+from service.config import Settings
+from service.registry import repository
+from tests.conftest import authorize
 from tests.helpers import checkpoint_bytes, sgd, upload
 
 PROBLEM = "application/problem+json"
@@ -106,3 +111,97 @@ def test_epsilon_delta_model_past_exp_range_is_refused_with_reason(
     assert resp.json()["type"] == "urn:retarget:problem:profile-too-costly"
     assert "non_private" in resp.json()["detail"]
     assert count(client, dataset) == 0
+
+
+def _slow_client(settings: Settings, backend, monkeypatch, gate: threading.Event, **extra):
+    """A client whose plans wait on ``gate`` before computing, with ``extra`` settings."""
+    from service.api.routes import plans as plan_routes
+
+    real = plan_routes.plan_for
+
+    def slow_plan_for(**kwargs):
+        assert gate.wait(30), "the test never opened the gate"
+        return real(**kwargs)
+
+    monkeypatch.setattr(plan_routes, "plan_for", slow_plan_for)
+    app = create_app(settings.model_copy(update=extra), session_factory=backend.session_factory)
+    return app
+
+
+def test_slow_plan_becomes_a_shared_job_whose_result_is_served(
+    settings: Settings, backend, monkeypatch
+) -> None:
+    gate = threading.Event()
+    app = _slow_client(settings, backend, monkeypatch, gate, plan_request_budget_s=0.05)
+    with TestClient(app) as client:
+        authorize(client, backend.session_factory)
+        dataset = client.post("/v1/datasets", json={"name": "jobs"}).json()["id"]
+        assert upload(client, checkpoint_bytes(), meta(dataset)).status_code == 201
+        body = {"dataset_id": dataset, "epsilon": 8.0, "delta": 1e-5, "method": "rs"}
+        first = client.post("/v1/plans", json=body)
+        second = client.post("/v1/plans", json=body)
+        assert first.status_code == second.status_code == 202, first.text
+        location = first.headers["location"]
+        assert location == second.headers["location"]  # one job for identical requests
+        assert first.headers["retry-after"]
+        job = client.get(location).json()
+        assert job["kind"] == "plan" and job["status"] in ("queued", "started")
+        gate.set()
+        assert app.state.ctx.plan_jobs.wait(location.rsplit("/", 1)[1], 30)
+        done = client.get(location).json()
+        assert done["status"] == "finished"
+        assert done["result"]["method"] == "rs" and done["result"]["epsilon"] <= 8.0
+        again = client.post("/v1/plans", json=body)
+        assert again.status_code == 200
+        assert again.json()["weights"] == done["result"]["weights"]
+
+
+def test_failed_plan_job_keeps_its_reason(settings: Settings, backend, monkeypatch) -> None:
+    gate = threading.Event()
+    app = _slow_client(settings, backend, monkeypatch, gate, plan_request_budget_s=0.05)
+    with TestClient(app) as client:
+        authorize(client, backend.session_factory)
+        dataset = client.post("/v1/datasets", json={"name": "jobs"}).json()["id"]
+        assert upload(client, checkpoint_bytes(), meta(dataset)).status_code == 201
+        body = {"dataset_id": dataset, "epsilon": 0.01, "delta": 1e-5, "method": "rs"}
+        resp = client.post("/v1/plans", json=body)
+        assert resp.status_code == 202
+        job_id = resp.headers["location"].rsplit("/", 1)[1]
+        gate.set()
+        assert app.state.ctx.plan_jobs.wait(job_id, 30)
+        job = client.get(resp.headers["location"]).json()
+        assert job["status"] == "failed" and "cannot meet" in job["error"]
+        assert client.post("/v1/plans", json=body).status_code == 422  # not cached
+
+
+def test_release_waiting_past_the_lock_timeout_answers_429(settings: Settings, backend) -> None:
+    app = create_app(
+        settings.model_copy(update={"release_lock_timeout_s": 0.1}),
+        session_factory=backend.session_factory,
+    )
+    with TestClient(app) as client:
+        authorize(client, backend.session_factory)
+        dataset = client.post("/v1/datasets", json={"name": "busy"}).json()["id"]
+        assert upload(client, checkpoint_bytes(), meta(dataset)).status_code == 201
+        body = {"dataset_id": dataset, "epsilon": 8.0, "delta": 1e-5, "method": "rs"}
+        held = threading.Event()
+        release = threading.Event()
+
+        def hold() -> None:
+            with backend.session_factory() as session, repository.dataset_lock(session, dataset):
+                held.set()
+                release.wait(30)
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        try:
+            assert held.wait(10)
+            resp = client.post("/v1/retarget", json=body)
+        finally:
+            release.set()
+            holder.join()
+        assert resp.status_code == 429, resp.text
+        assert resp.headers["retry-after"]
+        assert resp.json()["type"] == "urn:retarget:problem:busy"
+        assert client.get(f"/v1/datasets/{dataset}/ledger").json()["releases"] == []
+        assert client.post("/v1/retarget", json=body).status_code in (200, 201)

@@ -153,6 +153,7 @@ def _register(ctx: AppContext, meta: ModelCreate, weights: IO[bytes]) -> ModelPu
             max_bytes=ctx.settings.max_upload_bytes,
         ).id
     RECENT_PLANS.clear()  # plans of this dataset now have another candidate
+    ctx.plan_jobs.clear()
     # The profile job (in process: done now, claim checked; on a worker: queued). A
     # cache or queue outage never undoes a registration: the next request enqueues.
     try:
