@@ -39,6 +39,7 @@ lint: install
 	$(BIN)/ruff format --check service tests benchmarks
 	$(BIN)/ruff check service tests benchmarks
 	$(BIN)/mypy service
+	$(BIN)/lint-imports
 
 openapi: install
 	$(BIN)/retarget openapi

@@ -140,7 +140,7 @@ def populate(stack: Stack, big_mb: int) -> dict[str, Any]:
                 "name": f"big{i}",
                 "mechanism": sgd(sigma),
                 "metrics": {"accuracy": 0.9 - 0.1 * i},
-                "lineage": {"run_id": f"run{i}"},
+                "lineage": {"run_id": f"run{i}", "step": 400},
             }
             resp = http.post(
                 "/v1/models",

@@ -19,7 +19,7 @@ import numpy as np
 
 from service.accounting import linear_combination as lc
 from service.accounting import random_selection as rs
-from service.accounting.conversions import ORDERS, check_delta
+from service.accounting.conversions import check_delta
 from service.accounting.paper_lc import paper_epsilon
 from service.accounting.planning import Candidate, curves_at, lc_candidates
 from service.accounting.planning.lc import BOUND, JOINT_BOUND, released_profiles
@@ -63,8 +63,9 @@ def guarantee(
     if method == "rs":
         for acc in accountants:
             if acc == "rdp":
-                rdp = np.array([c.profile.rdp_at(ORDERS) for c in chosen])
-                out[acc] = rs.rs_rdp_epsilon(w, rdp, ORDERS, delta)
+                out[acc] = rs.rs_rdp_epsilon_any_order(
+                    w, lambda a: np.array([c.profile.rdp_at(a) for c in chosen]), delta
+                )
             else:
                 out[acc] = rs.rs_pld_epsilon(w, curves_at(chosen), delta)
         return Guarantee(

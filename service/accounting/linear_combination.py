@@ -48,6 +48,7 @@ from service.accounting.conversions import ORDERS, eps_from_rdp
 from service.accounting.mechanisms import DPSGD, Gaussian, Mechanism, NonPrivate, Segment
 from service.accounting.merged_step import merged_step_mixture
 from service.accounting.mixture import Mixture, gaussian_epsilon, mixture_pld, mixture_rdp
+from service.accounting.orders import epsilon_any_order
 from service.accounting.pld import DEFAULT_DISCRETIZATION, PldPair
 from service.accounting.profiles import RDP_SAFETY, PrivacyProfile, compute_profile
 from service.errors import Unsupported
@@ -203,7 +204,7 @@ class LCAccountant:
         mu = self._gdp(lam)
         if mu is not None:
             if accountant == "rdp":
-                return eps_from_rdp(ORDERS, ORDERS * mu * mu / 2.0, self.delta)
+                return epsilon_any_order(lambda a: a * mu * mu / 2.0, self.delta)
             return gaussian_epsilon(mu, self.delta)
         if accountant == "rdp" or not self._has_pld():
             return eps_from_rdp(ORDERS, self._joint_rdp() + self._step_rdp(lam), self.delta)
@@ -295,7 +296,7 @@ def largest_gaussian_mu(epsilon: float, delta: float, accountant: str) -> float:
 
     def ok(mu: float) -> bool:
         if accountant == "rdp":
-            return eps_from_rdp(ORDERS, ORDERS * mu * mu / 2.0, delta) <= epsilon
+            return epsilon_any_order(lambda a: a * mu * mu / 2.0, delta) <= epsilon
         return gaussian_epsilon(mu, delta) <= epsilon
 
     while ok(hi):
@@ -344,7 +345,7 @@ def joint_epsilon(profiles: list[PrivacyProfile], delta: float, accountant: str)
     RDP: sum of curves. PLD: composition of PLDs, when every model has one; otherwise
     the RDP route (the PLD accountant then equals the RDP one, said in the notes).
     """
-    rdp_eps = eps_from_rdp(ORDERS, joint_rdp(profiles), delta)
+    rdp_eps = epsilon_any_order(lambda a: joint_rdp(profiles, a), delta)
     if accountant == "rdp":
         return rdp_eps
     if any(p.non_private for p in profiles):

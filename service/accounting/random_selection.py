@@ -18,7 +18,8 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.optimize import linprog
 
-from service.accounting.conversions import check_delta
+from service.accounting.conversions import ORDERS, check_delta
+from service.accounting.orders import best_epsilon, epsilon_any_order, minimize_over_orders
 
 #: delta upper bounds of every candidate at one epsilon: (remove, add), each (N,).
 DeltaAt = Callable[[float], tuple[NDArray, NDArray]]
@@ -58,6 +59,21 @@ def rs_rdp_epsilon(pi: ArrayLike, rdp: NDArray, orders: NDArray, delta: float) -
     check_delta(delta)
     eps = rs_rdp(pi, rdp, orders) + conversion_offsets(orders, delta)
     return max(0.0, float(np.min(eps)))
+
+
+def rs_rdp_epsilon_any_order(
+    pi: ArrayLike, rdp_at: Callable[[NDArray], NDArray], delta: float
+) -> float:
+    """Algorithm 1 with the order optimised over every real order > 1.
+
+    ``rdp_at(orders)`` gives one row per model; any order yields a valid bound, so
+    the search (``orders.minimize_over_orders``) only tightens ``rs_rdp_epsilon``.
+    """
+    check_delta(delta)
+    value, _ = minimize_over_orders(
+        lambda a: rs_rdp(pi, rdp_at(a), a) + conversion_offsets(a, delta)
+    )
+    return max(0.0, value)
 
 
 def rs_pld_delta(pi: ArrayLike, remove: NDArray, add: NDArray) -> float:
@@ -178,6 +194,21 @@ def min_epsilon_rs_rdp(rdp: NDArray, orders: NDArray, delta: float) -> float:
     its smallest term, so the best single model at its best order attains it."""
     offsets = conversion_offsets(orders, delta)
     return max(0.0, float(np.min(rdp + offsets[None, :])))
+
+
+def planning_orders(rdp_ats: list[Callable[[NDArray], NDArray]], delta: float) -> NDArray:
+    """ORDERS plus each model's best real order at ``delta``: on this grid the
+    planner reaches every single-model epsilon that ``best_epsilon`` finds."""
+    best = [best_epsilon(f, delta)[1] for f in rdp_ats]
+    return np.union1d(ORDERS, np.asarray(best, dtype=np.float64))
+
+
+def min_epsilon_rs_rdp_any_order(
+    rdp_ats: list[Callable[[NDArray], NDArray]], delta: float
+) -> float:
+    """``min_epsilon_rs_rdp`` over every real order: the best single model's best order."""
+    check_delta(delta)
+    return min(epsilon_any_order(f, delta) for f in rdp_ats)
 
 
 def rs_pld_epsilon(pi: NDArray, at: DeltaAt, delta: float) -> float:

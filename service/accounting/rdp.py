@@ -36,9 +36,12 @@ def _log_a_int(alpha: int, log_q: NDArray, log_1mq: NDArray, inv_2s2: NDArray) -
     """log A_alpha for integer alpha (Mironov, Talwar, Zhang 2019, Section 3.3):
 
     A_alpha = sum_{k=0}^{alpha} C(alpha, k) q^k (1-q)^(alpha-k) exp((k^2 - k) / (2 sigma^2)).
-    Every term is positive, so the log-sum-exp is exact up to rounding. Rows that
-    share q share the binomial part; the work is one (rows x alpha+1) array per
-    block, updated in place.
+    Since the binomial weights sum to 1, A_alpha - 1 = sum_{k>=2} C(alpha, k) q^k
+    (1-q)^(alpha-k) expm1((k^2 - k) / (2 sigma^2)): every term is positive, so its
+    log-sum-exp is exact up to rounding, and log A_alpha = log1p(A_alpha - 1) keeps
+    full relative precision even when A_alpha - 1 is 1e-15 (summing A_alpha itself
+    would lose it all to the leading 1). Rows that share q share the binomial part;
+    the work is one (rows x alpha+1) array per block.
     """
     k = np.arange(alpha + 1, dtype=np.float64)
     log_binom = special.gammaln(alpha + 1) - special.gammaln(k + 1) - special.gammaln(alpha - k + 1)
@@ -51,12 +54,21 @@ def _log_a_int(alpha: int, log_q: NDArray, log_1mq: NDArray, inv_2s2: NDArray) -
         base = log_binom + k * lq + (alpha - k) * log_1mq[idx[0]]
         for start in range(0, idx.shape[0], rows):
             sel = idx[start : start + rows]
-            terms = np.multiply.outer(inv_2s2[sel], quad)
-            terms += base
+            terms = _log_expm1(np.multiply.outer(inv_2s2[sel], quad[2:]))
+            terms += base[2:]
             top = terms.max(axis=1)
             terms -= top[:, None]
             np.exp(terms, out=terms)
-            out[sel] = np.log(terms.sum(axis=1)) + top
+            out[sel] = np.logaddexp(0.0, np.log(terms.sum(axis=1)) + top)
+    return out
+
+
+def _log_expm1(x: NDArray) -> NDArray:
+    """log(e^x - 1) for x > 0, without overflow for large x or loss for tiny x."""
+    big = x > 30.0
+    out = np.empty_like(x)
+    out[big] = x[big] + np.log1p(-np.exp(-x[big]))
+    out[~big] = np.log(np.expm1(x[~big]))
     return out
 
 

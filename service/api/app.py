@@ -34,7 +34,9 @@ from service.jobs.metrics import JobsCollector
 from service.jobs.plan_jobs import PlanJobs
 from service.jobs.profiles import cost_limits
 from service.jobs.queue import InProcessJobs, Jobs, RQJobs
+from service.jobs.runner import RUNNERS
 from service.jobs.store import redis_client
+from service.jobs.tasks import TASKS
 from service.merging.base import configure_threads
 from service.registry import repository
 from service.registry.blobs import LocalBlobStore
@@ -71,7 +73,7 @@ def create_app(
     configure_threads(settings.torch_threads_per_merge)
     factory = session_factory or make_sessionmaker(engine)
     jobs: Jobs = (
-        RQJobs(redis_client(settings.redis_url), settings)
+        RQJobs(redis_client(settings.redis_url), settings, tasks=TASKS)
         if settings.redis_url
         else InProcessJobs(factory, limits=cost_limits(settings))
     )
@@ -84,7 +86,7 @@ def create_app(
         plan_jobs=PlanJobs(settings.plan_job_workers, settings.plan_job_budget_s),
     )
     if isinstance(jobs, InProcessJobs):
-        jobs.context = ctx
+        jobs.context, jobs.runners = ctx, RUNNERS
     app = FastAPI(
         title="Retarget",
         version=__version__,

@@ -3,32 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
-from sqlalchemy import Engine
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session
 
-from service.api.gate import KeyCache, bearer, lookup
+from service.api.context import AppContext, Principal
+from service.api.gate import bearer, lookup
 from service.config import Settings
 from service.errors import Forbidden, Unauthenticated
-from service.jobs.plan_jobs import PlanJobs
 from service.jobs.queue import Jobs
 from service.registry.blobs import BlobStore
-
-
-@dataclass
-class AppContext:
-    """What the routes share: settings, the database and the blob store."""
-
-    settings: Settings
-    engine: Engine
-    session_factory: sessionmaker[Session]
-    blobs: BlobStore
-    jobs: Jobs
-    key_cache: KeyCache = field(default_factory=KeyCache)
-    plan_jobs: PlanJobs = field(default_factory=PlanJobs)
 
 
 def get_context(request: Request) -> AppContext:
@@ -65,15 +50,6 @@ def get_jobs(ctx: ContextDep) -> Jobs:
 
 
 JobsDep = Annotated[Jobs, Depends(get_jobs)]
-
-
-@dataclass(frozen=True)
-class Principal:
-    """Who is calling: the API key's id, name and scopes (or the open embedded mode)."""
-
-    key_id: str | None
-    name: str
-    scopes: tuple[str, ...]
 
 
 def _principal(request: Request, ctx: AppContext) -> Principal:

@@ -10,54 +10,22 @@ working on this replica at once, on others within ``KEY_CACHE_TTL_S``).
 from __future__ import annotations
 
 import hashlib
-import threading
-import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from service.api.context import AppContext, KeyCache, Principal
 from service.api.problems import problem
 from service.registry.keys import find_key
 
-if TYPE_CHECKING:
-    from service.api.deps import AppContext, Principal
-
-KEY_CACHE_TTL_S = 5.0
-KEY_CACHE_SIZE = 4096
 #: Paths under /v1 that are authenticated otherwise (signed webhooks).
 OPEN_PREFIXES = ("/v1/webhooks/",)
 
 
-class KeyCache:
-    def __init__(self) -> None:
-        self.items: dict[str, tuple[float, Principal | None]] = {}
-        self.lock = threading.Lock()
-
-    def get(self, digest: str) -> tuple[bool, Principal | None]:
-        with self.lock:
-            hit = self.items.get(digest)
-        if hit is None or hit[0] < time.monotonic():
-            return False, None
-        return True, hit[1]
-
-    def put(self, digest: str, principal: Principal | None) -> None:
-        with self.lock:
-            if len(self.items) >= KEY_CACHE_SIZE:
-                self.items.clear()
-            self.items[digest] = (time.monotonic() + KEY_CACHE_TTL_S, principal)
-
-    def clear(self) -> None:
-        with self.lock:
-            self.items.clear()
-
-
 def lookup(ctx: AppContext, key: str) -> Principal | None:
     """The principal of ``key`` (None: unknown or revoked), cached briefly."""
-    from service.api.deps import Principal
-
     cache: KeyCache = ctx.key_cache
     digest = hashlib.sha256(key.encode()).hexdigest()
     found, principal = cache.get(digest)

@@ -111,6 +111,11 @@ class ModelPublic(BaseModel):
     mechanism: dict[str, Any]
     mechanism_hash: str
     lineage: Lineage | None
+    lineage_verified: bool = Field(
+        default=False,
+        description="the checkpoint's mechanism was checked step for step against its run's "
+        "other checkpoints at registration; only verified checkpoints count as one run",
+    )
     signature: dict[str, Any]
     signature_hash: str
     sha256: str
@@ -249,6 +254,11 @@ class PendingPublic(BaseModel):
 
 class RetargetRequest(PlanRequest):
     deployment: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = None
+    dtype: Literal["float32", "bfloat16", "float16"] | None = Field(
+        default=None,
+        description="the released file's float tensors in this dtype (accumulation is "
+        "float32 either way; an RS release is the drawn model cast); default: the inputs'",
+    )
 
 
 class ReleasePublic(BaseModel):

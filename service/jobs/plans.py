@@ -81,6 +81,7 @@ def candidates_from(rows: list[Model], jobs: Jobs, *, for_lc: bool = False) -> l
             metrics={k: float(v) for k, v in (row.metrics or {}).items()},
             run_id=row.lineage_run_id,
             step=row.lineage_step,
+            lineage_verified=bool(row.lineage_verified),
             signature_hash=row.signature_hash,
             released_profile=profiles[prefixes[i]] if i in prefixes else None,
         )
@@ -186,7 +187,15 @@ def plan_cache_key(spec: PlanRequestSpec, rows: list[Model]) -> str:
     payload = {
         "spec": spec.__dict__,
         "candidates": [
-            [m.id, m.mechanism_hash, m.metrics, m.lineage_run_id, m.lineage_step, m.signature_hash]
+            [
+                m.id,
+                m.mechanism_hash,
+                m.metrics,
+                m.lineage_run_id,
+                m.lineage_step,
+                bool(m.lineage_verified),
+                m.signature_hash,
+            ]
             for m in rows
         ],
     }

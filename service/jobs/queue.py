@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -44,9 +44,9 @@ from service.config import Settings
 from service.errors import NotFound, ProfileFailed, ProfilesPending, StorageError
 from service.jobs.claims import apply_claim_checks
 from service.jobs.metrics import Counters, LocalCounters, RedisCounters
+from service.jobs.profile_task import lock_key, on_failure, profile_task
 from service.jobs.profiles import MemoryProfileStore, Profiles, profile_key
 from service.jobs.store import RedisProfileStore
-from service.jobs.tasks import lock_key, on_failure, profile_task
 from service.registry.db import session_scope
 
 
@@ -103,6 +103,8 @@ class InProcessJobs:
         self.counters: Counters = LocalCounters()
         #: where deployment jobs run (set by the app factory: settings, sessions, blobs, jobs)
         self.context: Any = None
+        #: the deployment jobs it runs, by kind (set by the app factory, which sees them)
+        self.runners: Mapping[str, Callable[..., Any]] = {}
         self._jobs: dict[str, JobInfo] = {}
         self._lock = threading.Lock()
 
@@ -146,8 +148,6 @@ class InProcessJobs:
 
     def submit(self, kind: str, kwargs: dict[str, Any], background: bool = False) -> JobInfo:
         """In the process: at once, or on a daemon thread (notifications, which retry)."""
-        from service.jobs.runner import RUNNERS
-
         if self.context is None:
             raise RuntimeError("InProcessJobs.context is not set")
         job = JobInfo(
@@ -162,7 +162,7 @@ class InProcessJobs:
         def run() -> None:
             job.status, job.started_at = "started", datetime.now(UTC)
             try:
-                runner: Any = RUNNERS[kind]
+                runner: Any = self.runners[kind]
                 job.result = runner(self.context, **kwargs)
                 job.status = "finished"
             except Exception as exc:
@@ -190,13 +190,6 @@ class InProcessJobs:
 
     def queue_sizes(self) -> dict[str, int]:
         return {}
-
-
-#: Deployment jobs by kind, as the worker imports them.
-TASKS = {
-    "policy_change": "service.jobs.tasks.policy_change_task",
-    "notify": "service.jobs.tasks.notify_task",
-}
 
 
 def profiles_or_pending(jobs: Jobs, items: list[tuple[str, Mechanism]]) -> list[PrivacyProfile]:
@@ -236,6 +229,7 @@ class RQJobs:
         settings: Settings,
         discretization: float = DEFAULT_DISCRETIZATION,
         task: Callable[..., Any] = profile_task,
+        tasks: Mapping[str, str] | None = None,
     ) -> None:
         self.client = client
         self.settings = settings
@@ -244,6 +238,8 @@ class RQJobs:
         self.queue = Queue(settings.queue_name, connection=client, serializer=JSONSerializer)
         self.counters: Counters = RedisCounters(client)
         self.task = task
+        #: the deployment jobs it can queue: kind -> import path (service.jobs.tasks.TASKS)
+        self.tasks: Mapping[str, str] = tasks or {}
         #: A claimed enqueue that never happened (a crash in between) heals after this.
         self.lock_ttl_s = settings.job_timeout_s + 600
 
@@ -293,7 +289,7 @@ class RQJobs:
     def submit(self, kind: str, kwargs: dict[str, Any], background: bool = False) -> JobInfo:
         try:
             job = self.queue.enqueue(
-                TASKS[kind],
+                self.tasks[kind],
                 kwargs=kwargs,
                 job_timeout=self.settings.job_timeout_s,
                 result_ttl=7 * 24 * 3600,

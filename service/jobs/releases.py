@@ -32,6 +32,7 @@ from service.errors import BudgetExceeded, StorageError
 from service.jobs.plans import candidate_rows, candidates_from, uses_lc, validation_evaluator
 from service.jobs.queue import Jobs, profiles_or_pending
 from service.merging.base import MergeInput
+from service.merging.linear import LinearMerge
 from service.merging.random_selection import draw
 from service.merging.registry import METHODS
 from service.registry import repository
@@ -53,16 +54,22 @@ class LedgerBound:
     representatives: list[str]
 
 
+#: a release's output dtype -> its safetensors name
+SAFETENSORS_DTYPE = {"float32": "F32", "bfloat16": "BF16", "float16": "F16"}
+
+
 def ledger_delta(dataset: Dataset) -> float:
     return dataset.delta_cap or DEFAULT_LEDGER_DELTA
 
 
 def representatives(models: list[Model]) -> list[Model]:
-    """One model per run (its latest checkpoint); models without a run stand alone."""
+    """One model per run (its latest checkpoint with verified lineage: every earlier
+    verified checkpoint is a prefix of it, so post-processing of it); models without a
+    run, or whose lineage was not verified, stand alone (independent models)."""
     by_run: dict[str, Model] = {}
     alone: list[Model] = []
     for m in models:
-        if m.lineage_run_id is None:
+        if m.lineage_run_id is None or not m.lineage_verified:
             alone.append(m)
         else:
             best = by_run.get(m.lineage_run_id)
@@ -96,8 +103,10 @@ def ledger_bound(
     return LedgerBound(eps, delta, used, exposed, [m.id for m in reps])
 
 
-def request_hash(dataset_id: str, spec: PlanRequestSpec, candidate_ids: list[str]) -> str:
-    payload = {
+def request_hash(
+    dataset_id: str, spec: PlanRequestSpec, candidate_ids: list[str], dtype: str | None = None
+) -> str:
+    payload: dict[str, Any] = {
         "dataset_id": dataset_id,
         "epsilon": spec.epsilon,
         "delta": spec.delta,
@@ -112,6 +121,8 @@ def request_hash(dataset_id: str, spec: PlanRequestSpec, candidate_ids: list[str
         "ema_decay": spec.ema_decay,
         "candidates": sorted(candidate_ids),
     }
+    if dtype is not None:  # absent otherwise, so earlier requests keep their hashes
+        payload["dtype"] = dtype
     return hashlib.sha256(canonical_json(payload).encode()).hexdigest()
 
 
@@ -131,15 +142,19 @@ def retarget(
     model_ids: list[str] | None,
     spec: PlanRequestSpec,
     deployment: str | None = None,
+    dtype: str | None = None,
 ) -> tuple[Release, bool]:
-    """The release for this request: (release, created). Nothing is stored on failure."""
+    """The release for this request: (release, created). Nothing is stored on failure.
+
+    ``dtype`` ("float32", "bfloat16", "float16"): the float tensors of the released file
+    in that dtype (an RS release is then the drawn model cast); None keeps the inputs'."""
     dataset = repository.get_dataset(session=session, dataset_id=dataset_id)
     if spec.objective == "metric" and spec.metric is None and dataset.metric:
         spec = PlanRequestSpec(**{**spec.__dict__, "metric": dataset.metric})
     with repository.dataset_lock(session, dataset_id):
         rows = candidate_rows(session=session, dataset_id=dataset_id, model_ids=model_ids)
         candidates = candidates_from(rows, jobs, for_lc=uses_lc(spec))
-        key = request_hash(dataset_id, spec, [c.id for c in candidates])
+        key = request_hash(dataset_id, spec, [c.id for c in candidates], dtype)
         existing = repository.release_by_request(session=session, request_hash=key)
         if existing is not None:
             return existing, False
@@ -152,19 +167,35 @@ def retarget(
         release_id = new_id()
         drawn = None
         if plan.method == "rs":
-            drawn = ordered[draw([plan.weights[m] for m in ordered])]
+            # the same request in another dtype is the same draw, never a second one
+            drawn = _earlier_draw(session, dataset_id, spec, [c.id for c in candidates])
+            if drawn is None:
+                drawn = ordered[draw([plan.weights[m] for m in ordered])]
             sha, size = models[drawn].sha256, models[drawn].size_bytes
             if not blobs.exists(sha):
                 raise StorageError(f"the drawn model's weights ({sha}) are missing")
+            if dtype is not None:  # the drawn model, cast (weight 1: exact up to the cast)
+                cast = LinearMerge(out_dtype=SAFETENSORS_DTYPE[dtype])
+                provenance = release_provenance(release_id, dataset_id, plan)
+                sha, size = _merge(blobs, cast, models, {drawn: 1.0}, [drawn], provenance)
         else:
-            method = METHODS[MERGE_FOR[plan.method]]()
+            method = (
+                LinearMerge(out_dtype=SAFETENSORS_DTYPE[dtype])
+                if dtype is not None
+                else METHODS[MERGE_FOR[plan.method]]()
+            )
             provenance = release_provenance(release_id, dataset_id, plan)
-            sha, size = _merge(blobs, method, models, plan, ordered, provenance)
+            sha, size = _merge(blobs, method, models, plan.weights, ordered, provenance)
         release = Release(
             id=release_id,
             dataset_id=dataset_id,
             request_hash=key,
-            request={**spec.__dict__, "model_ids": model_ids, "deployment": deployment},
+            request={
+                **spec.__dict__,
+                "model_ids": model_ids,
+                "deployment": deployment,
+                **({"dtype": dtype} if dtype is not None else {}),
+            },
             method=plan.method,
             accountant=plan.accountant,
             epsilon=plan.epsilon,
@@ -181,6 +212,18 @@ def retarget(
         session.add(release)
         session.flush()
         return release, True
+
+
+def _earlier_draw(
+    session: Session, dataset_id: str, spec: PlanRequestSpec, candidate_ids: list[str]
+) -> str | None:
+    """The model an RS release of this request drew in any output dtype, if there is one."""
+    for dtype in (None, *SAFETENSORS_DTYPE):
+        key = request_hash(dataset_id, spec, candidate_ids, dtype)
+        earlier = repository.release_by_request(session=session, request_hash=key)
+        if earlier is not None and earlier.drawn_model_id is not None:
+            return str(earlier.drawn_model_id)
+    return None
 
 
 def _plan_record(plan: Plan) -> dict[str, Any]:
@@ -254,7 +297,7 @@ def _merge(
     blobs: BlobStore,
     method: Any,
     models: dict[str, Model],
-    plan: Plan,
+    weights: dict[str, float],
     ordered: list[str],
     provenance: dict[str, str],
 ) -> tuple[str, int]:
@@ -264,7 +307,7 @@ def _merge(
         path = blobs.local_path(models[mid].sha256)
         if not path.is_file():
             raise StorageError(f"the weights of model {mid!r} are missing from the store")
-        inputs.append(MergeInput(path, plan.weights[mid]))
+        inputs.append(MergeInput(path, weights[mid]))
     staged = blobs.stage(method.chunks(inputs, provenance))
     blobs.promote(staged)
     return staged.sha256, staged.size

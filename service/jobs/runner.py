@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -10,6 +11,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from service.config import Settings
 from service.errors import RetargetError
 from service.jobs import deployments
+from service.jobs.queue import Jobs
 from service.registry.blobs import BlobStore
 
 
@@ -18,7 +20,7 @@ class WorkContext:
     settings: Settings
     session_factory: sessionmaker[Session]
     blobs: BlobStore
-    jobs: Any  # service.jobs.queue.Jobs (imported lazily: the queue imports this module)
+    jobs: Jobs
 
 
 def run_policy_change(
@@ -58,4 +60,4 @@ def run_notify(ctx: WorkContext, deployment_id: str) -> dict[str, Any]:
     return {"status": "delivered" if ok else "failed", "deployment_id": deployment_id}
 
 
-RUNNERS = {"policy_change": run_policy_change, "notify": run_notify}
+RUNNERS: dict[str, Callable[..., Any]] = {"policy_change": run_policy_change, "notify": run_notify}

@@ -1,67 +1,31 @@
-"""The accounting worker's job functions (imported by RQ by name; keep the path stable)."""
+"""The deployment jobs a worker runs (RQ imports them by name; keep the paths stable).
+
+The top of jobs/: builds the worker's context and calls the runner. The profile job
+lives below the queue (service.jobs.profile_task) and is re-exported here for jobs
+queued under its old path."""
 
 from __future__ import annotations
 
-import logging
-import time
 from typing import Any
 
-from service.accounting.mechanisms import mechanism_hash, parse_mechanism
-from service.accounting.profiles import compute_profile
 from service.config import Settings
-from service.jobs.claims import apply_claim_checks
-from service.jobs.metrics import RedisCounters
-from service.jobs.profiles import cost_limits, profile_key
-from service.jobs.store import RedisProfileStore, redis_client
-from service.registry.db import make_engine, make_sessionmaker, session_scope
+from service.jobs.profile_task import lock_key, on_failure, profile_task
+from service.jobs.queue import RQJobs
+from service.jobs.runner import WorkContext, run_notify, run_policy_change
+from service.jobs.store import redis_client
+from service.registry.blobs import LocalBlobStore
+from service.registry.db import make_engine, make_sessionmaker
 
-log = logging.getLogger(__name__)
+#: The deployment jobs by kind, as queued for a worker (import paths RQ resolves).
+TASKS = {
+    "policy_change": "service.jobs.tasks.policy_change_task",
+    "notify": "service.jobs.tasks.notify_task",
+}
 
-
-def profile_task(mechanism: dict[str, Any], discretization: float) -> dict[str, Any]:
-    """Compute a mechanism's profile, cache it in Redis, then check pending claims."""
-    settings = Settings()
-    assert settings.redis_url, "the worker needs RETARGET_REDIS_URL"
-    client = redis_client(settings.redis_url)
-    counters = RedisCounters(client)
-    mech = parse_mechanism(mechanism)
-    key = profile_key(mechanism_hash(mech), discretization)
-    counters.incr("jobs_started")
-    start = time.perf_counter()
-    profile = compute_profile(mech, discretization=discretization, limits=cost_limits(settings))
-    _ = profile.curves  # cached with the profile, so plans need no PMF sweeps
-    seconds = time.perf_counter() - start
-    RedisProfileStore(client).put(key, profile)
-    counters.incr("profile_computations")
-    counters.incr("profile_compute_seconds", seconds)
-    claims = 0
-    engine = make_engine(settings.resolved_database_url)
-    try:
-        with session_scope(make_sessionmaker(engine)) as session:
-            claims = apply_claim_checks(
-                session=session, mech_hash=profile.mechanism_hash, profile=profile
-            )
-    finally:
-        engine.dispose()
-    client.delete(lock_key(key))
-    log.info("profile %s computed in %.2fs (%d claims checked)", key, seconds, claims)
-    return {"mechanism_hash": profile.mechanism_hash, "seconds": seconds, "claims_checked": claims}
+__all__ = ["TASKS", "lock_key", "notify_task", "on_failure", "policy_change_task", "profile_task"]
 
 
-def lock_key(key: str) -> str:
-    return f"{key}:lock"
-
-
-def on_failure(job: Any, connection: Any, exc_type: Any, exc_value: Any, tb: Any) -> None:
-    """RQ failure callback: count it (the job itself keeps the error)."""
-    RedisCounters(connection).incr("jobs_failed")
-
-
-def _worker_context() -> Any:
-    from service.jobs.queue import RQJobs
-    from service.jobs.runner import WorkContext
-    from service.registry.blobs import LocalBlobStore
-
+def _worker_context() -> WorkContext:
     settings = Settings()
     assert settings.redis_url, "the worker needs RETARGET_REDIS_URL"
     engine = make_engine(settings.resolved_database_url)
@@ -69,19 +33,15 @@ def _worker_context() -> Any:
         settings=settings,
         session_factory=make_sessionmaker(engine),
         blobs=LocalBlobStore(settings.resolved_blob_dir),
-        jobs=RQJobs(redis_client(settings.redis_url), settings),
+        jobs=RQJobs(redis_client(settings.redis_url), settings, tasks=TASKS),
     )
 
 
 def policy_change_task(**kwargs: Any) -> dict[str, Any]:
     """Re-target a deployment (from a signed webhook)."""
-    from service.jobs.runner import run_policy_change
-
     return run_policy_change(_worker_context(), **kwargs)
 
 
 def notify_task(**kwargs: Any) -> dict[str, Any]:
     """Notify a deployment's callback URL of its new release (retries inside)."""
-    from service.jobs.runner import run_notify
-
     return run_notify(_worker_context(), **kwargs)

@@ -18,6 +18,7 @@ import torch
 from safetensors import safe_open
 
 from service.errors import InvalidInput
+from service.formats.checkpoints import read_signature
 from service.merging.base import MergeInput, MergeMethod, merge_device
 from service.merging.safetensors_stream import (
     DTYPES,
@@ -26,14 +27,19 @@ from service.merging.safetensors_stream import (
     tensor_bytes,
     tensor_views,
 )
-from service.registry.checkpoints import read_signature
 
 
 class LinearMerge(MergeMethod):
     name = "linear"
 
-    def __init__(self, device: torch.device | None = None) -> None:
+    def __init__(self, device: torch.device | None = None, out_dtype: str | None = None) -> None:
+        """``out_dtype``: a safetensors float dtype ("F32", "BF16", "F16") for every float
+        tensor of the output; None keeps each tensor's input dtype. Accumulation is
+        float32 either way."""
+        if out_dtype is not None and out_dtype not in FLOAT_DTYPES:
+            raise InvalidInput(f"output dtype {out_dtype!r} is not one of {FLOAT_DTYPES}")
         self.device = device or merge_device()
+        self.out_dtype = out_dtype
 
     def chunks(
         self, inputs: list[MergeInput], provenance: dict[str, str] | None = None
@@ -47,6 +53,11 @@ class LinearMerge(MergeMethod):
                     "tensor names, shapes or dtypes differ between the models: "
                     "a linear combination needs equal signatures"
                 )
+        if self.out_dtype is not None:
+            signature = {
+                name: {**sig, "dtype": self.out_dtype} if sig["dtype"] in FLOAT_DTYPES else sig
+                for name, sig in signature.items()
+            }
         yield header_bytes(signature, {**shared_metadata(inputs), **(provenance or {})})
         acc_buf = _Buffer(torch.float32, self.device)
         out_buf = _Buffer(torch.float32, torch.device("cpu"))

@@ -6,8 +6,8 @@ import secrets
 from collections.abc import Iterator, Sequence
 
 from service.errors import InvalidInput
+from service.formats.streams import iter_file
 from service.merging.base import MergeInput, MergeMethod
-from service.registry.blobs import iter_file
 
 _RNG = secrets.SystemRandom()
 

@@ -15,11 +15,9 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, BinaryIO, Protocol
+from typing import Any, BinaryIO, Protocol
 
 from service.errors import InvalidInput, PayloadTooLarge, StorageError
-
-CHUNK = 1024 * 1024
 
 
 @dataclass
@@ -78,14 +76,6 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def iter_file(fh: IO[bytes], chunk: int = CHUNK) -> Iterator[bytes]:
-    while True:
-        block = fh.read(chunk)
-        if not block:
-            return
-        yield block
 
 
 class LocalBlobStore:

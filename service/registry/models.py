@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     DateTime,
     Float,
     ForeignKey,
@@ -19,6 +20,7 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
@@ -98,6 +100,11 @@ class Model(Base):
 
     lineage_run_id: Mapped[str | None] = mapped_column(String(200))
     lineage_step: Mapped[int | None] = mapped_column(BigInteger)
+    #: the mechanism was checked step for step against the run's verified checkpoints at
+    #: registration (service.accounting.lineage); rows from before the check stay False
+    lineage_verified: Mapped[bool] = mapped_column(
+        Boolean, default=False, server_default=false(), nullable=False
+    )
 
     signature: Mapped[dict[str, Any]] = mapped_column(JSON)
     signature_hash: Mapped[str] = mapped_column(String(64), index=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,10 +18,16 @@ from sqlalchemy import func, select, text
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
-from service.accounting.mechanisms import Mechanism, canonical_mechanism, mechanism_hash
-from service.errors import Busy, Conflict, NotFound
+from service.accounting.lineage import PER_STEP_TYPES, lineage_steps, prefix_mismatch
+from service.accounting.mechanisms import (
+    Mechanism,
+    canonical_mechanism,
+    mechanism_hash,
+    parse_mechanism,
+)
+from service.errors import Busy, Conflict, InvalidInput, NotFound
+from service.formats.checkpoints import read_signature, signature_hash
 from service.registry.blobs import BlobStore, StagedBlob
-from service.registry.checkpoints import read_signature, signature_hash
 from service.registry.models import Dataset, Model, Release
 
 
@@ -138,7 +144,80 @@ def register_model(
     leaves no blob; a failed commit removes a blob this call created and no row
     references.
     """
-    _check_model_free(session, spec)
+    lock = (
+        dataset_lock(session, f"lineage\x00{spec.dataset_id}\x00{spec.run_id}")
+        if spec.run_id is not None
+        else nullcontext()
+    )
+    with lock:  # registrations of one run pass the lineage check one at a time
+        _check_model_free(session, spec)
+        verified = verify_lineage(session, spec)
+        return _store_model(session, blobs, spec, chunks, max_bytes, verified)
+
+
+def verify_lineage(session: Session, spec: ModelSpec) -> bool:
+    """Check a checkpoint of a run against the run's verified checkpoints (``False``:
+    the model names no run). ``InvalidInput`` naming the first mismatch otherwise.
+
+    The step must be given and equal the mechanism's number of steps
+    (``service.accounting.lineage.lineage_steps``); every verified checkpoint of the
+    run at an earlier or equal step must be a prefix of this mechanism, and this one a
+    prefix of every later one. Call it under the run's lock."""
+    if spec.run_id is None:
+        return False
+    run = f"run {spec.run_id!r}"
+    if spec.mechanism.type not in PER_STEP_TYPES:
+        raise InvalidInput(
+            f"lineage: a {spec.mechanism.type!r} mechanism cannot be a checkpoint of {run} "
+            f"(only {', '.join(PER_STEP_TYPES)} have per-step prefixes); drop lineage to "
+            "register it as an independent model"
+        )
+    steps = lineage_steps(spec.mechanism)
+    if spec.step is None:
+        raise InvalidInput(
+            f"lineage: a checkpoint of {run} must give lineage.step (here {steps}, the "
+            "mechanism's number of steps)"
+        )
+    if spec.step != steps:
+        raise InvalidInput(
+            f"lineage: step {spec.step} of {run} is not the mechanism's number of steps "
+            f"({steps}); a checkpoint's mechanism describes the steps that produced it"
+        )
+    rows = session.execute(
+        select(Model.id, Model.name, Model.version, Model.lineage_step, Model.mechanism)
+        .where(
+            Model.dataset_id == spec.dataset_id,
+            Model.lineage_run_id == spec.run_id,
+            Model.lineage_verified.is_(True),
+        )
+        .order_by(Model.lineage_step, Model.created_at, Model.id)
+    ).all()
+    for model_id, name, version, step, stored in rows:
+        other = parse_mechanism(stored)
+        if (step or 0) <= spec.step:
+            why = prefix_mismatch(other, spec.mechanism)
+            relation = "is not a prefix of this one"
+        else:
+            why = prefix_mismatch(spec.mechanism, other)
+            relation = "does not extend this one"
+        if why is not None:
+            raise InvalidInput(
+                f"lineage: checkpoint {model_id!r} ({name!r} v{version}, step {step}) of "
+                f"{run} {relation}: {why}",
+                model_id=model_id,
+                step=step,
+            )
+    return True
+
+
+def _store_model(
+    session: Session,
+    blobs: BlobStore,
+    spec: ModelSpec,
+    chunks: Iterable[bytes],
+    max_bytes: int | None,
+    verified: bool,
+) -> Model:
     staged = blobs.stage(chunks, max_bytes=max_bytes)
     try:
         signature = read_signature(staged.path)
@@ -153,6 +232,7 @@ def register_model(
             mechanism_hash=mechanism_hash(spec.mechanism),
             lineage_run_id=spec.run_id,
             lineage_step=spec.step,
+            lineage_verified=verified,
             signature=signature,
             signature_hash=signature_hash(signature),
             sha256=staged.sha256,

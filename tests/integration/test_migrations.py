@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import Engine, inspect
+from sqlalchemy import Engine, inspect, text
 
 from service.registry.db import make_engine
-from service.registry.migrate import upgrade
+from service.registry.migrate import alembic_config, upgrade
 from service.registry.models import Base
 
 
@@ -38,3 +39,40 @@ def test_sqlite_schema_matches_models_and_upgrade_is_idempotent(tmp_path: Path) 
 def test_postgres_upgrade_is_idempotent(postgres_url: str, postgres_engine: Engine) -> None:
     upgrade(url=postgres_url)
     assert _diff(postgres_engine) == []
+
+
+def test_lineage_verified_is_false_for_rows_registered_before_the_check(tmp_path: Path) -> None:
+    """0007 adds models.lineage_verified: old rows stay unverified; downgrade removes it."""
+    url = f"sqlite:///{tmp_path / 'old.sqlite'}"
+    command.upgrade(alembic_config(url=url), "0006")
+    engine = make_engine(url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO datasets (id, name, created_at) VALUES ('d', 'old', "
+                    "'2026-01-01 00:00:00')"
+                )
+            )
+            conn.execute(
+                text(
+                    "INSERT INTO models (id, dataset_id, name, version, mechanism, "
+                    "mechanism_type, mechanism_hash, lineage_run_id, lineage_step, signature, "
+                    "signature_hash, sha256, size_bytes, metrics, created_at) VALUES ('m', 'd', "
+                    "'m', 1, '{}', 'dp_sgd', 'h', 'r', 5, '{}', 's', 'x', 1, '{}', "
+                    "'2026-01-01 00:00:00')"
+                )
+            )
+        upgrade(url=url)
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT lineage_verified FROM models")).scalar_one() in (
+                0,
+                False,
+            )
+        assert _diff(engine) == []
+        command.downgrade(alembic_config(url=url), "0006")
+        assert "lineage_verified" not in {c["name"] for c in inspect(engine).get_columns("models")}
+        upgrade(url=url)
+        assert _diff(engine) == []
+    finally:
+        engine.dispose()

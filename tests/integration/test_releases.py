@@ -13,7 +13,7 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 from safetensors.numpy import load as load_numpy
-from safetensors.torch import save
+from safetensors.torch import load, save
 from sqlalchemy import func, select
 
 from service.api.app import create_app
@@ -130,6 +130,33 @@ def test_the_same_request_never_draws_again(
     model_shas = {client.get(f"/v1/models/{m}").json()["sha256"] for m in support}
     assert first.json()["sha256"] in model_shas
     assert "drawn_model_id" not in first.json()
+
+
+def test_an_output_dtype_casts_lc_and_rs_without_a_second_draw(
+    client: TestClient, three: dict
+) -> None:
+    lc_body = {"dataset_id": three["dataset"], "epsilon": 1.0, "delta": 1e-5, "method": "lc"}
+    lc32 = client.post("/v1/retarget", json=lc_body).json()
+    lc16 = client.post("/v1/retarget", json={**lc_body, "dtype": "bfloat16"}).json()
+    assert lc16["release_id"] != lc32["release_id"] and lc16["weights"] == lc32["weights"]
+    full = load(client.get(lc32["download_url"]).content)
+    half = load(client.get(lc16["download_url"]).content)
+    for name in SHAPES:
+        assert half[name].dtype == torch.bfloat16
+        # one rounding of the float32 accumulation, not an accumulation in bfloat16
+        assert torch.equal(half[name], full[name].to(torch.bfloat16))
+
+    rs_body = {**lc_body, "epsilon": 3.0, "method": "rs", "objective": "noise"}
+    first = client.post("/v1/retarget", json=rs_body).json()
+    drawn = load(client.get(first["download_url"]).content)
+    for dtype, torch_dtype in (("float16", torch.float16), ("bfloat16", torch.bfloat16)):
+        cast = client.post("/v1/retarget", json={**rs_body, "dtype": dtype})
+        assert cast.status_code == 201
+        got = load(client.get(cast.json()["download_url"]).content)
+        for name in SHAPES:  # the same model as the first draw, cast
+            assert torch.equal(got[name], drawn[name].to(torch_dtype))
+    bad = client.post("/v1/retarget", json={**rs_body, "dtype": "int8"})
+    assert bad.status_code == 422
 
 
 def test_octet_stream_and_conditional_downloads(client: TestClient, three: dict) -> None:

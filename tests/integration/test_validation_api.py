@@ -40,7 +40,7 @@ def registry(client: TestClient) -> dict:
             "name": f"m{i}",
             "mechanism": sgd(sigma),
             "architecture": LOGREG,
-            "lineage": {"run_id": f"r{i}"},
+            "lineage": {"run_id": f"r{i}", "step": 400},
         }
         resp = upload(client, weights(i), json.dumps(meta))
         assert resp.status_code == 201, resp.text

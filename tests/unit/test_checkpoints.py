@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import save
 
 from service.errors import InvalidUpload
-from service.registry.checkpoints import read_signature, signature_hash
+from service.formats.checkpoints import read_signature, signature_hash
 from tests.helpers import checkpoint_bytes, pickle_bytes
 
 

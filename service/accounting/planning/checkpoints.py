@@ -2,7 +2,9 @@
 
 Checkpoints of one run with verified lineage (each a prefix of the next, checked at
 registration) are post-processing of that run up to the latest one used, so any
-average of them costs exactly the latest checkpoint's guarantee.
+average of them costs exactly the latest checkpoint's guarantee. Checkpoints whose
+lineage was not verified (registered before the check) are independent models: they
+are never averaged here.
 """
 
 from __future__ import annotations
@@ -17,18 +19,26 @@ def plan_checkpoint_average(candidates: list[Candidate], spec: PlanRequestSpec) 
     The average is post-processing of the run up to its latest checkpoint used, so its
     guarantee is exactly that checkpoint's profile.
     """
-    runs = {c.run_id for c in candidates if c.run_id is not None}
+    runs = {c.run_id for c in candidates if c.run_id is not None and c.lineage_verified}
     run_id = spec.run_id
     if run_id is None:
         if len(runs) != 1:
-            raise InvalidInput("checkpoint_average needs run_id (the candidates span runs)")
+            raise InvalidInput(
+                "checkpoint_average needs run_id (the candidates span runs)"
+                if runs
+                else "checkpoint_average needs checkpoints of one run with verified lineage"
+            )
         run_id = next(iter(runs))
     steps = sorted(
-        (c for c in candidates if c.run_id == run_id and c.step is not None),
+        (c for c in candidates if c.run_id == run_id and c.step is not None and c.lineage_verified),
         key=lambda c: c.step or 0,
     )
+    unverified = [c.id for c in candidates if c.run_id == run_id and not c.lineage_verified]
     if not steps:
-        raise InvalidInput(f"no checkpoints of run {run_id!r} with a lineage step")
+        raise InvalidInput(
+            f"no checkpoints of run {run_id!r} with verified lineage"
+            + (f" ({', '.join(unverified)} were registered unverified)" if unverified else "")
+        )
     if spec.last_k < 1:
         raise InvalidInput(f"last_k must be >= 1, got {spec.last_k}")
     chosen = steps[-spec.last_k :]
@@ -53,7 +63,15 @@ def plan_checkpoint_average(candidates: list[Candidate], spec: PlanRequestSpec) 
         notes=[
             f"average of the last {len(chosen)} checkpoints of run {run_id!r}"
             + (f" (EMA, decay {spec.ema_decay})" if spec.ema_decay else " (uniform)")
-        ],
+        ]
+        + (
+            [
+                "left out (lineage not verified, so not known to be this run's "
+                f"checkpoints): {', '.join(unverified)}"
+            ]
+            if unverified
+            else []
+        ),
         heuristic=latest.heuristic,
     )
 

@@ -16,7 +16,6 @@ import numpy as np
 from numpy.typing import NDArray
 
 from service.accounting import random_selection as rs
-from service.accounting.conversions import ORDERS
 from service.accounting.curves import chord_upper_bound_rows
 from service.accounting.planning.joint import joint
 from service.accounting.planning.types import (
@@ -139,11 +138,14 @@ def _rs_one(
 ) -> tuple[Plan | None, float]:
     """One accountant's RS plan, or (None, smallest reachable epsilon)."""
     if acc == "rdp":
-        rdp = np.array([c.profile.rdp_at(ORDERS) for c in keep])
-        result = rs.plan_rs_rdp(utility, rdp, ORDERS, spec.epsilon, spec.delta)
+        orders = rs.planning_orders([c.profile.rdp_at for c in keep], spec.delta)
+        rdp = np.array([c.profile.rdp_at(orders) for c in keep])
+        result = rs.plan_rs_rdp(utility, rdp, orders, spec.epsilon, spec.delta)
         if result is None:
-            return None, rs.min_epsilon_rs_rdp(rdp, ORDERS, spec.delta)
-        achieved = rs.rs_rdp_epsilon(result.pi, rdp, ORDERS, spec.delta)
+            return None, rs.min_epsilon_rs_rdp(rdp, orders, spec.delta)
+        achieved = rs.rs_rdp_epsilon_any_order(
+            result.pi, lambda a: np.array([c.profile.rdp_at(a) for c in keep]), spec.delta
+        )
         bound = "Theorem 5.1 (RS, RDP; Algorithm 1)"
     else:
         at = curves_at(keep)

@@ -30,6 +30,9 @@ class Candidate:
     #: profile of the part of the model LC composes jointly (the run before its last
     #: step), when the caller has it cached; computed on demand otherwise
     released_profile: PrivacyProfile | None = None
+    #: the run and step were checked at registration (service.accounting.lineage); an
+    #: unverified checkpoint is treated as an independent model
+    lineage_verified: bool = False
 
 
 @dataclass

@@ -8,9 +8,9 @@ from fastapi.concurrency import run_in_threadpool
 
 from service.api.deps import ContextDep, SessionDep, require
 from service.api.schemas import DatasetCreate, DatasetPublic, DatasetsPublic, Problem
+from service.formats.streams import iter_file
 from service.merging.validation import read_split
 from service.registry import repository
-from service.registry.blobs import iter_file
 from service.registry.db import session_scope
 
 router = APIRouter(prefix="/v1/datasets", tags=["datasets"])

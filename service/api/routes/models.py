@@ -38,12 +38,12 @@ from service.errors import (
     ProfileTooCostly,
     Unsupported,
 )
+from service.formats.streams import iter_file
 from service.jobs.claims import apply_claim_checks
 from service.jobs.plans import lc_released
 from service.jobs.profiles import cost_limits
 from service.jobs.queue import profiles_or_pending
 from service.registry import repository
-from service.registry.blobs import iter_file
 from service.registry.db import session_scope
 from service.registry.models import Model
 
@@ -90,6 +90,7 @@ def to_public(model: Model) -> ModelPublic:
             if model.lineage_run_id is not None
             else None
         ),
+        lineage_verified=bool(model.lineage_verified),
         signature=model.signature,
         signature_hash=model.signature_hash,
         sha256=model.sha256,

@@ -86,6 +86,7 @@ async def retarget(body: RetargetRequest, request: Request, ctx: ContextDep) -> 
                     model_ids=body.model_ids,
                     spec=spec,
                     deployment=body.deployment,
+                    dtype=body.dtype,
                 )
                 public = release_public(release)
         except ProfilesPending as exc:
