@@ -40,6 +40,36 @@ class Settings(BaseSettings):
     auto_migrate: bool = Field(
         default=True, description="Run `alembic upgrade head` when the server starts."
     )
+    profile_max_pld_points: float = Field(
+        default=8_000_000,
+        gt=0,
+        description="Largest estimated PLD grid (points) a profile computes; past it, RDP only.",
+    )
+    profile_max_rdp_evaluations: int = Field(
+        default=20_000_000,
+        gt=0,
+        description="Largest RDP computation (orders x distinct steps); past it, 422 at upload.",
+    )
+    db_pool_size: int = Field(default=10, ge=1, description="Database connections kept open.")
+    db_max_overflow: int = Field(
+        default=20, ge=0, description="Connections opened past the pool under load."
+    )
+    db_pool_timeout_s: float = Field(
+        default=10.0, gt=0, description="Wait for a free connection before answering 429."
+    )
+    release_lock_timeout_s: float = Field(
+        default=30.0, gt=0, description="Wait for a dataset's release lock before answering 429."
+    )
+    torch_threads_per_merge: int = Field(
+        default=1, ge=0, description="torch threads a merge uses (0: torch's default)."
+    )
+    plan_request_budget_s: float = Field(
+        default=2.0, ge=0, description="Longest a plan computes in its request; then a 202 job."
+    )
+    plan_job_budget_s: float = Field(
+        default=600.0, gt=0, description="Wall-clock budget of one plan job."
+    )
+    plan_job_workers: int = Field(default=2, ge=1, description="Plan jobs computing at once.")
     queue_name: str = Field(default="retarget", description="RQ queue of the accounting jobs.")
     job_timeout_s: int = Field(default=1800, gt=0, description="Longest one job may run.")
     job_retries: int = Field(default=3, ge=0, description="Retries of a failed or lost job.")

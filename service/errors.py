@@ -5,7 +5,8 @@ to a status code and a problem+json ``type`` (``service/api/problems.py``).
 
     RetargetError
     ├── InvalidInput        input that parses but makes no sense (422)
-    │   └── InvalidUpload   an uploaded file that is not a valid safetensors file (422)
+    │   ├── InvalidUpload   an uploaded file that is not a valid safetensors file (422)
+    │   └── ProfileTooCostly a mechanism whose profile cannot be computed within limits (422)
     ├── PayloadTooLarge     a body over the configured limit (413)
     ├── Unauthenticated     no valid API key (401)
     ├── Forbidden           the key lacks the scope (403)
@@ -15,6 +16,7 @@ to a status code and a problem+json ``type`` (``service/api/problems.py``).
     ├── InfeasibleTarget    no plan meets the target (422, carries min_epsilon)
     ├── Unsupported         the analysis does not apply to these inputs (422)
     ├── StorageError        the blob store, database or cache failed (503)
+    ├── Busy                a lock or the connection pool stayed taken: retry (429)
     └── ProfilesPending     profiles are being computed: try again (202, not an error)
 """
 
@@ -38,6 +40,10 @@ class InvalidInput(RetargetError):
 
 class InvalidUpload(InvalidInput):
     """An uploaded file that is not a valid safetensors checkpoint."""
+
+
+class ProfileTooCostly(InvalidInput):
+    """A mechanism whose privacy profile cannot be computed within the configured limits."""
 
 
 class PayloadTooLarge(RetargetError):
@@ -74,6 +80,10 @@ class Unsupported(RetargetError):
 
 class StorageError(RetargetError):
     """The blob store or the database could not complete the operation."""
+
+
+class Busy(RetargetError):
+    """A shared resource (a dataset's release lock, the connection pool) stayed taken."""
 
 
 class ProfilesPending(RetargetError):

@@ -96,7 +96,13 @@ def backend(
 
 @pytest.fixture
 def settings(tmp_path: Path, backend: Backend) -> Settings:
-    return Settings(data_dir=tmp_path / "data", database_url=backend.url, auto_migrate=False)
+    # plans answer in the request however slow the test machine (the 202 path has its own tests)
+    return Settings(
+        data_dir=tmp_path / "data",
+        database_url=backend.url,
+        auto_migrate=False,
+        plan_request_budget_s=600,
+    )
 
 
 def authorize(client: TestClient, factory: sessionmaker[Session], *scopes: str) -> str:

@@ -98,7 +98,9 @@ class PmfDelta:
     def __call__(self, epsilon: float) -> float:
         k = int(np.searchsorted(self.losses, epsilon, side="right"))
         a = float(self.s1[k])
-        b = float(self.s2[k]) * math.exp(epsilon - self.top)
+        # no loss above epsilon: both suffix sums are empty (and e^(eps - top) may overflow)
+        s2 = float(self.s2[k])
+        b = s2 * math.exp(epsilon - self.top) if s2 > 0 else 0.0
         value = max(0.0, a - b) + self.slack * (a + b)
         return min(1.0, value + self.infinity)
 

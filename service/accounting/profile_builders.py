@@ -15,6 +15,13 @@ from numpy.typing import NDArray
 
 from service.accounting import bis
 from service.accounting.conversions import ORDERS
+from service.accounting.cost import (
+    EXP_LIMIT,
+    CostLimits,
+    ProfileCost,
+    exceeds,
+    gaussian_pld_points,
+)
 from service.accounting.mechanisms import (
     DPSGD,
     BalancedIterationSubsampling,
@@ -23,7 +30,7 @@ from service.accounting.mechanisms import (
     NonPrivate,
     RDPCurve,
 )
-from service.accounting.pld import epsilon_delta_pld, subsampled_gaussian_pld
+from service.accounting.pld import PldPair, epsilon_delta_pld, subsampled_gaussian_pld
 from service.accounting.rdp_profile import (
     RdpProfile,
     from_source,
@@ -38,11 +45,34 @@ EXACT_PLD_GROUPS = 64
 GROUP_RESOLUTION = 2e-4
 
 
-def _gaussian(mech: Gaussian, discretization: float) -> dict[str, Any]:
+def _pld_within(
+    cost: ProfileCost, limits: CostLimits, build: Callable[[], PldPair]
+) -> tuple[PldPair | None, list[str]]:
+    """The PLD when its estimated cost is within ``limits``; else none and a note.
+
+    Leaving the PLD out is sound: every query then uses the RDP curve (and the
+    privacy profile derived from it), an upper bound, only a looser one.
+    """
+    over = exceeds(ProfileCost(0, cost.pld_points, cost.compositions), limits)
+    if over:
+        return None, [f"no PLD: {over[0]}; the RDP curve is used instead (sound, looser)"]
+    return build(), []
+
+
+def _gaussian(mech: Gaussian, discretization: float, limits: CostLimits) -> dict[str, Any]:
     sigma = mech.sigma
+    rdp = from_source({"kind": "subsampled_gaussian", "pairs": [[1.0, sigma, mech.count]]})
+    groups = [(1.0, sigma, mech.count)]
+    cost = ProfileCost(
+        rdp_evaluations=ORDERS.shape[0],
+        pld_points=gaussian_pld_points(groups, rdp.orders, rdp.epsilons, discretization),
+        compositions=mech.count,
+    )
+    pld, notes = _pld_within(cost, limits, lambda: subsampled_gaussian_pld(groups, discretization))
     return {
-        "rdp": from_source({"kind": "subsampled_gaussian", "pairs": [[1.0, sigma, mech.count]]}),
-        "pld": subsampled_gaussian_pld([(1.0, sigma, mech.count)], discretization),
+        "rdp": rdp,
+        "pld": pld,
+        "notes": notes,
         "methods": {
             "rdp": "Gaussian mechanism, alpha * count / (2 sigma^2) (Mironov 2017, Prop. 7)",
             "pld": "dp_accounting Gaussian PLD of sigma / sqrt(count), pessimistic",
@@ -88,11 +118,17 @@ def _pessimistic_groups(
     return [(a, b, c) for (a, b), c in grouped.items()], len(grouped) < q.shape[0]
 
 
-def _dp_sgd(mech: DPSGD, discretization: float) -> dict[str, Any]:
+def _dp_sgd(mech: DPSGD, discretization: float, limits: CostLimits) -> dict[str, Any]:
     q, sigma, counts = _dp_sgd_groups(mech)
     pairs = [[float(a), float(b), int(c)] for a, b, c in zip(q, sigma, counts, strict=True)]
     groups, grouped = _pessimistic_groups(q, sigma, counts)
-    notes = []
+    rdp = from_source({"kind": "subsampled_gaussian", "pairs": pairs})
+    cost = ProfileCost(
+        rdp_evaluations=ORDERS.shape[0] * q.shape[0],
+        pld_points=gaussian_pld_points(groups, rdp.orders, rdp.epsilons, discretization),
+        compositions=int(counts.sum()),
+    )
+    pld, notes = _pld_within(cost, limits, lambda: subsampled_gaussian_pld(groups, discretization))
     if grouped:
         notes.append(
             f"{q.shape[0]} distinct steps were grouped into {len(groups)} for the PLD "
@@ -104,8 +140,8 @@ def _dp_sgd(mech: DPSGD, discretization: float) -> dict[str, Any]:
             "not a proven bound"
         )
     return {
-        "rdp": from_source({"kind": "subsampled_gaussian", "pairs": pairs}),
-        "pld": subsampled_gaussian_pld(groups, discretization),
+        "rdp": rdp,
+        "pld": pld,
         "heuristic": mech.heuristic,
         "notes": notes,
         "methods": {
@@ -117,7 +153,9 @@ def _dp_sgd(mech: DPSGD, discretization: float) -> dict[str, Any]:
     }
 
 
-def _bis(mech: BalancedIterationSubsampling, discretization: float) -> dict[str, Any]:
+def _bis(
+    mech: BalancedIterationSubsampling, discretization: float, limits: CostLimits
+) -> dict[str, Any]:
     integer = np.array([float(a).is_integer() and a >= 2 for a in ORDERS])
     ints = ORDERS[integer]
     d, k, sigma = mech.iterations, mech.participations, mech.noise_multiplier
@@ -141,7 +179,7 @@ def _bis(mech: BalancedIterationSubsampling, discretization: float) -> dict[str,
     }
 
 
-def _rdp_curve(mech: RDPCurve, discretization: float) -> dict[str, Any]:
+def _rdp_curve(mech: RDPCurve, discretization: float, limits: CostLimits) -> dict[str, Any]:
     pts = mech.points()
     return {
         "rdp": RdpProfile(
@@ -157,15 +195,21 @@ def _rdp_curve(mech: RDPCurve, discretization: float) -> dict[str, Any]:
     }
 
 
-def _epsilon_delta(mech: EpsilonDelta, discretization: float) -> dict[str, Any]:
+def _epsilon_delta(mech: EpsilonDelta, discretization: float, limits: CostLimits) -> dict[str, Any]:
     eps0, delta0 = mech.epsilon, mech.delta
     rdp = None
     if delta0 == 0:
         rdp = from_source({"kind": "randomized_response", "epsilon": eps0})
+    notes = [] if rdp is not None else ["delta > 0: no finite RDP; only the PLD applies"]
+    pld = None
+    if eps0 <= EXP_LIMIT:
+        pld = epsilon_delta_pld(eps0, delta0, discretization)
+    else:
+        notes.append(f"epsilon {eps0} is past e^{EXP_LIMIT:g}: no PLD; the RDP curve applies")
     return {
         "rdp": rdp,
-        "pld": epsilon_delta_pld(eps0, delta0, discretization),
-        "notes": [] if rdp is not None else ["delta > 0: no finite RDP; only the PLD applies"],
+        "pld": pld,
+        "notes": notes,
         "methods": {
             "rdp": "randomized response (pure DP)" if rdp is not None else "none",
             "pld": "tight privacy profile of a generic (epsilon, delta)-DP mechanism",
@@ -173,7 +217,7 @@ def _epsilon_delta(mech: EpsilonDelta, discretization: float) -> dict[str, Any]:
     }
 
 
-def _non_private(mech: NonPrivate, discretization: float) -> dict[str, Any]:
+def _non_private(mech: NonPrivate, discretization: float, limits: CostLimits) -> dict[str, Any]:
     return {
         "rdp": None,
         "pld": None,
@@ -183,7 +227,7 @@ def _non_private(mech: NonPrivate, discretization: float) -> dict[str, Any]:
     }
 
 
-BUILDERS: dict[str, Callable[[Any, float], dict[str, Any]]] = {
+BUILDERS: dict[str, Callable[[Any, float, CostLimits], dict[str, Any]]] = {
     "gaussian": _gaussian,
     "dp_sgd": _dp_sgd,
     "balanced_iteration_subsampling": _bis,

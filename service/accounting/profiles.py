@@ -25,6 +25,7 @@ from service.accounting.conversions import (
     check_epsilon,
     delta_from_rdp_grid,
 )
+from service.accounting.cost import CostLimits
 from service.accounting.curves import EPS_GRID, DeltaCurves
 from service.accounting.mechanisms import Mechanism, mechanism_hash
 from service.accounting.pld import DEFAULT_DISCRETIZATION, PldPair
@@ -198,12 +199,19 @@ def _check_accountant(accountant: str) -> None:
 
 
 def compute_profile(
-    mechanism: Mechanism, *, discretization: float = DEFAULT_DISCRETIZATION
+    mechanism: Mechanism,
+    *,
+    discretization: float = DEFAULT_DISCRETIZATION,
+    limits: CostLimits | None = None,
 ) -> PrivacyProfile:
-    """The privacy profile of ``mechanism`` (every bound an upper bound)."""
+    """The privacy profile of ``mechanism`` (every bound an upper bound).
+
+    A PLD whose estimated cost (``service.accounting.cost``) is over ``limits``
+    is left out, with a note: queries then use the RDP curve.
+    """
     if not 0 < discretization <= 0.1:
         raise ValueError(f"discretization must be in (0, 0.1], got {discretization}")
-    built = BUILDERS[mechanism.type](mechanism, discretization)
+    built = BUILDERS[mechanism.type](mechanism, discretization, limits or CostLimits())
     parameters = {"discretization": discretization, **built.pop("parameters", {})}
     return PrivacyProfile(
         mechanism_type=mechanism.type,

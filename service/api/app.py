@@ -31,12 +31,16 @@ from service.api.routes import jobs as jobs_routes
 from service.config import Settings, get_settings
 from service.dashboard import routes as dashboard
 from service.jobs.metrics import JobsCollector
+from service.jobs.plan_jobs import PlanJobs
+from service.jobs.profiles import cost_limits
 from service.jobs.queue import InProcessJobs, Jobs, RQJobs
 from service.jobs.runner import RUNNERS
 from service.jobs.store import redis_client
 from service.jobs.tasks import TASKS
+from service.merging.base import configure_threads
+from service.registry import repository
 from service.registry.blobs import LocalBlobStore
-from service.registry.db import make_engine, make_sessionmaker
+from service.registry.db import make_engine, make_sessionmaker, pool_options
 
 log = logging.getLogger(__name__)
 
@@ -64,12 +68,14 @@ def create_app(
 ) -> FastAPI:
     """Build the app; ``session_factory`` lets tests bind sessions to one transaction."""
     settings = settings or get_settings()
-    engine = make_engine(settings.resolved_database_url)
+    engine = make_engine(settings.resolved_database_url, **pool_options(settings))
+    repository.LOCK_TIMEOUT_S = settings.release_lock_timeout_s
+    configure_threads(settings.torch_threads_per_merge)
     factory = session_factory or make_sessionmaker(engine)
     jobs: Jobs = (
         RQJobs(redis_client(settings.redis_url), settings, tasks=TASKS)
         if settings.redis_url
-        else InProcessJobs(factory)
+        else InProcessJobs(factory, limits=cost_limits(settings))
     )
     ctx = AppContext(
         settings=settings,
@@ -77,6 +83,7 @@ def create_app(
         session_factory=factory,
         blobs=LocalBlobStore(settings.resolved_blob_dir),
         jobs=jobs,
+        plan_jobs=PlanJobs(settings.plan_job_workers, settings.plan_job_budget_s),
     )
     if isinstance(jobs, InProcessJobs):
         jobs.context, jobs.runners = ctx, RUNNERS

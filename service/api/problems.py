@@ -8,7 +8,8 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import OperationalError, StatementError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service import errors
@@ -21,6 +22,7 @@ PROBLEM_JSON = "application/problem+json"
 #: most specific class is looked up first along the class's MRO.
 TABLE: dict[type[errors.RetargetError], tuple[int, str, str]] = {
     errors.InvalidUpload: (422, "invalid-upload", "Invalid checkpoint upload"),
+    errors.ProfileTooCostly: (422, "profile-too-costly", "Profile too costly to compute"),
     errors.InvalidInput: (422, "invalid-input", "Invalid input"),
     errors.PayloadTooLarge: (413, "payload-too-large", "Payload too large"),
     errors.Unauthenticated: (401, "unauthorized", "Unauthorized"),
@@ -30,6 +32,7 @@ TABLE: dict[type[errors.RetargetError], tuple[int, str, str]] = {
     errors.Conflict: (409, "conflict", "Conflict"),
     errors.InfeasibleTarget: (422, "infeasible-target", "Target not reachable"),
     errors.Unsupported: (422, "unsupported", "Analysis does not apply"),
+    errors.Busy: (429, "busy", "Busy, retry later"),
     errors.StorageError: (503, "storage-unavailable", "Storage unavailable"),
     errors.ProfileFailed: (500, "profile-failed", "Profile computation failed"),
     errors.ProfilesPending: (503, "profiles-pending", "Profiles are being computed"),
@@ -77,6 +80,8 @@ def for_domain_error(exc: errors.RetargetError) -> JSONResponse:
             status, slug, title = TABLE[cls]
             break
     headers = {"WWW-Authenticate": 'Bearer realm="retarget"'} if status == 401 else None
+    if status == 429:
+        headers = {"Retry-After": "1"}
     return problem(status, slug, title, exc.detail, headers=headers, **exc.extra)
 
 
@@ -129,6 +134,23 @@ def install(app: FastAPI) -> None:
             "the database is unreachable; try again shortly",
             headers={"Retry-After": "2"},
         )
+
+    @app.exception_handler(PoolTimeoutError)
+    async def _pool_exhausted(request: Request, exc: PoolTimeoutError) -> JSONResponse:
+        # every connection of the pool is taken: the caller retries, nothing was done
+        log.warning("connection pool exhausted on %s %s", request.method, request.url.path)
+        return for_domain_error(errors.Busy("the service is busy; retry shortly"))
+
+    @app.exception_handler(StatementError)
+    async def _statement(request: Request, exc: StatementError) -> JSONResponse:
+        # a value the database cannot hold (a NUL character on Postgres, an integer
+        # past 64 bits on SQLite) is bad input, refused before anything is stored
+        if isinstance(exc.orig, ValueError | OverflowError):
+            reason = str(exc.orig).split("\n")[0]
+            return problem(
+                422, "invalid-input", "Invalid input", f"a value cannot be stored: {reason}"
+            )
+        return await _unexpected(request, exc)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

@@ -18,8 +18,15 @@ Name = Annotated[
         strip_whitespace=True, min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f/\\]+$"
     ),
 ]
+#: Free text stored in the database: no NUL characters (Postgres text cannot hold them).
+Text = Annotated[str, StringConstraints(pattern=r"^[^\x00]*$")]
+#: The largest value a BIGINT column holds (2^63 - 1) and an INTEGER one (2^31 - 1).
+MAX_BIGINT = 2**63 - 1
+MAX_INT = 2**31 - 1
 Epsilon = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-Delta = Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)]
+#: A target delta: at least 1e-300, a normal float64 (below it logs and ratios of delta
+#: lose all precision; no useful guarantee needs a smaller one).
+Delta = Annotated[float, Field(ge=1e-300, lt=1, allow_inf_nan=False)]
 
 
 class _In(BaseModel):
@@ -28,7 +35,7 @@ class _In(BaseModel):
 
 class DatasetCreate(_In):
     name: Name
-    description: str | None = Field(default=None, max_length=10_000)
+    description: Text | None = Field(default=None, max_length=10_000)
     metric: Annotated[str, StringConstraints(min_length=1, max_length=100)] | None = Field(
         default=None, description="The utility metric plans maximise by default."
     )
@@ -68,8 +75,8 @@ class DatasetsPublic(BaseModel):
 
 
 class Lineage(_In):
-    run_id: Annotated[str, StringConstraints(min_length=1, max_length=200)]
-    step: int | None = Field(default=None, ge=0)
+    run_id: Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"^[^\x00]+$")]
+    step: int | None = Field(default=None, ge=0, le=MAX_BIGINT)
 
 
 class Claimed(_In):
@@ -80,14 +87,15 @@ class Claimed(_In):
 class ModelCreate(_In):
     """The ``metadata`` part of a model upload."""
 
-    dataset_id: str = Field(min_length=1, max_length=36)
+    dataset_id: Text = Field(min_length=1, max_length=36)
     name: Name
-    version: int = Field(default=1, ge=1)
+    version: int = Field(default=1, ge=1, le=MAX_INT)
     mechanism: Mechanism
     lineage: Lineage | None = None
-    metrics: dict[Annotated[str, StringConstraints(min_length=1, max_length=100)], float] = Field(
-        default_factory=dict, max_length=100
-    )
+    metrics: dict[
+        Annotated[str, StringConstraints(min_length=1, max_length=100, pattern=r"^[^\x00]+$")],
+        float,
+    ] = Field(default_factory=dict, max_length=100)
     claimed: Claimed | None = None
     architecture: Architecture | None = Field(
         default=None,
@@ -154,7 +162,7 @@ class EpsilonPublic(BaseModel):
 
 
 class PlanRequest(_In):
-    dataset_id: str = Field(min_length=1, max_length=36)
+    dataset_id: Text = Field(min_length=1, max_length=36)
     epsilon: Epsilon
     delta: Delta
     method: Literal["rs", "lc", "auto", "checkpoint_average"] = "auto"
@@ -306,7 +314,7 @@ class KeyCreated(KeyPublic):
 
 class DeploymentCreate(_In):
     name: Name
-    dataset_id: str = Field(min_length=1, max_length=36)
+    dataset_id: Text = Field(min_length=1, max_length=36)
     epsilon: Epsilon
     delta: Delta
     method: Literal["rs", "lc", "auto"] = "auto"
@@ -369,7 +377,7 @@ class GuaranteeWeight(_In):
 class GuaranteeRequest(_In):
     """Weights the caller already has: what do they prove at ``delta``?"""
 
-    dataset_id: str = Field(min_length=1, max_length=36)
+    dataset_id: Text = Field(min_length=1, max_length=36)
     delta: Delta
     method: Literal["rs", "lc"]
     accountant: Literal["rdp", "pld", "best"] = "best"

@@ -38,6 +38,13 @@ def _refuse_foreign(head: bytes) -> None:
         )
 
 
+#: Tensor dtypes a checkpoint may hold: those the merges can read and write
+#: (``service.merging.safetensors_stream.DTYPES``). 8-bit floats, unsigned
+#: integers wider than a byte and complex tensors are refused at upload rather
+#: than failing later inside a merge.
+ACCEPTED_DTYPES = frozenset({"F64", "F32", "F16", "BF16", "I64", "I32", "I16", "I8", "U8", "BOOL"})
+
+
 def _foreign_format(head: bytes) -> str | None:
     """What a file that is not safetensors most likely is, by its first bytes."""
     if head.startswith(b"PK\x03\x04"):
@@ -76,6 +83,12 @@ def read_signature(path: Path) -> dict[str, Any]:
         raise InvalidUpload(f"not a valid safetensors file: {exc}") from exc
     if not tensors:
         raise InvalidUpload("the safetensors file holds no tensors")
+    refused = sorted({t["dtype"] for t in tensors.values()} - ACCEPTED_DTYPES)
+    if refused:
+        raise InvalidUpload(
+            f"tensor dtype {', '.join(refused)} is not accepted; "
+            f"use one of {', '.join(sorted(ACCEPTED_DTYPES))}"
+        )
     return dict(sorted(tensors.items()))
 
 

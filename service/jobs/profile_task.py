@@ -14,7 +14,7 @@ from service.accounting.profiles import compute_profile
 from service.config import Settings
 from service.jobs.claims import apply_claim_checks
 from service.jobs.metrics import RedisCounters
-from service.jobs.profiles import profile_key
+from service.jobs.profiles import cost_limits, profile_key
 from service.jobs.store import RedisProfileStore, redis_client
 from service.registry.db import make_engine, make_sessionmaker, session_scope
 
@@ -31,7 +31,7 @@ def profile_task(mechanism: dict[str, Any], discretization: float) -> dict[str, 
     key = profile_key(mechanism_hash(mech), discretization)
     counters.incr("jobs_started")
     start = time.perf_counter()
-    profile = compute_profile(mech, discretization=discretization)
+    profile = compute_profile(mech, discretization=discretization, limits=cost_limits(settings))
     _ = profile.curves  # cached with the profile, so plans need no PMF sweeps
     seconds = time.perf_counter() - start
     RedisProfileStore(client).put(key, profile)

@@ -12,12 +12,21 @@ from __future__ import annotations
 import functools
 import threading
 from importlib import metadata
-from typing import Protocol
+from typing import Any, Protocol
 
+from service.accounting.cost import CostLimits
 from service.accounting.mechanisms import Mechanism, mechanism_hash
 from service.accounting.pld import DEFAULT_DISCRETIZATION
 from service.accounting.profiles import PROFILE_FORMAT, PrivacyProfile, compute_profile
 from service.jobs.lru import Lru
+
+
+def cost_limits(settings: Any) -> CostLimits:
+    """The profile cost limits a ``Settings`` names."""
+    return CostLimits(
+        max_pld_points=settings.profile_max_pld_points,
+        max_rdp_evaluations=settings.profile_max_rdp_evaluations,
+    )
 
 
 @functools.cache
@@ -46,9 +55,15 @@ class MemoryProfileStore(Lru[str, PrivacyProfile]):
 class Profiles:
     """Get a mechanism's profile from the store, computing it on a miss."""
 
-    def __init__(self, store: ProfileStore, discretization: float = DEFAULT_DISCRETIZATION) -> None:
+    def __init__(
+        self,
+        store: ProfileStore,
+        discretization: float = DEFAULT_DISCRETIZATION,
+        limits: CostLimits | None = None,
+    ) -> None:
         self.store = store
         self.discretization = discretization
+        self.limits = limits or CostLimits()
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
 
@@ -68,6 +83,8 @@ class Profiles:
         with lock:  # one computation per key in this process
             profile = self.store.get(key)
             if profile is None:
-                profile = compute_profile(mechanism, discretization=self.discretization)
+                profile = compute_profile(
+                    mechanism, discretization=self.discretization, limits=self.limits
+                )
                 self.store.put(key, profile)
         return profile

@@ -36,6 +36,7 @@ from rq.registry import FailedJobRegistry, StartedJobRegistry
 from rq.serializers import JSONSerializer
 from sqlalchemy.orm import Session, sessionmaker
 
+from service.accounting.cost import CostLimits
 from service.accounting.mechanisms import Mechanism, canonical_mechanism, mechanism_hash
 from service.accounting.pld import DEFAULT_DISCRETIZATION
 from service.accounting.profiles import PrivacyProfile
@@ -95,8 +96,9 @@ class InProcessJobs:
         self,
         session_factory: sessionmaker[Session],
         discretization: float = DEFAULT_DISCRETIZATION,
+        limits: CostLimits | None = None,
     ) -> None:
-        self.profiles = Profiles(MemoryProfileStore(), discretization)
+        self.profiles = Profiles(MemoryProfileStore(), discretization, limits)
         self.session_factory = session_factory
         self.counters: Counters = LocalCounters()
         #: where deployment jobs run (set by the app factory: settings, sessions, blobs, jobs)

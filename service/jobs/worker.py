@@ -11,6 +11,7 @@ from rq import Queue, Worker
 from rq.serializers import JSONSerializer
 
 from service.config import Settings
+from service.merging.base import configure_threads
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +34,7 @@ class RetargetWorker(Worker):
 
 
 def build_worker(settings: Settings, name: str | None = None) -> RetargetWorker:
+    configure_threads(settings.torch_threads_per_merge)
     if not settings.redis_url:
         raise SystemExit("retarget worker needs RETARGET_REDIS_URL (a Redis server)")
     # No socket timeout here: the worker blocks on the queue for up to a minute.

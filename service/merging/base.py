@@ -31,6 +31,19 @@ class MergeMethod(ABC):
         ``provenance`` (the release's ``retarget.*`` keys)."""
 
 
+def configure_threads(threads_per_merge: int) -> None:
+    """Intra-op torch threads for merging (process-wide; 0 keeps torch's default).
+
+    Merges stream tensors, bound by memory copies: under concurrent merges the
+    default (one thread per core, each merge) oversubscribes the cores, while one
+    thread per merge keeps each near memory-copy speed.
+    """
+    if threads_per_merge < 0:
+        raise ValueError(f"threads_per_merge must be >= 0, got {threads_per_merge}")
+    if threads_per_merge > 0 and torch.get_num_threads() != threads_per_merge:
+        torch.set_num_threads(threads_per_merge)
+
+
 def merge_device() -> torch.device:
     """The GPU when there is one (the GPU host), else the CPU; same result either way."""
     return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import func, select, text
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
 from service.accounting.lineage import PER_STEP_TYPES, lineage_steps, prefix_mismatch
@@ -25,7 +25,7 @@ from service.accounting.mechanisms import (
     mechanism_hash,
     parse_mechanism,
 )
-from service.errors import Conflict, InvalidInput, NotFound
+from service.errors import Busy, Conflict, InvalidInput, NotFound
 from service.formats.checkpoints import read_signature, signature_hash
 from service.registry.blobs import BlobStore, StagedBlob
 from service.registry.models import Dataset, Model, Release
@@ -311,20 +311,40 @@ _PROCESS_LOCKS: dict[str, threading.Lock] = {}
 _PROCESS_GUARD = threading.Lock()
 
 
+#: How long a release waits for its dataset's lock before answering Busy (429).
+LOCK_TIMEOUT_S = 30.0
+
+
 @contextmanager
-def dataset_lock(session: Session, dataset_id: str) -> Iterator[None]:
+def dataset_lock(
+    session: Session, dataset_id: str, timeout_s: float | None = None
+) -> Iterator[None]:
     """Serialise releases of one dataset: a process lock (SQLite, one process) and, on
     Postgres, a transaction-scoped advisory lock that holds across API processes until
-    the session's transaction ends."""
+    the session's transaction ends. Waits at most ``timeout_s`` (default
+    ``LOCK_TIMEOUT_S``) for either, then raises ``Busy``: the caller retries later."""
+    wait = LOCK_TIMEOUT_S if timeout_s is None else timeout_s
     with _PROCESS_GUARD:
         lock = _PROCESS_LOCKS.setdefault(dataset_id, threading.Lock())
-    with lock:
+    if not lock.acquire(timeout=wait):
+        raise Busy(f"dataset {dataset_id!r} is busy with another release; retry shortly")
+    try:
         if session.get_bind().dialect.name == "postgresql":
             key = int.from_bytes(
                 hashlib.sha256(dataset_id.encode()).digest()[:8], "big", signed=True
             )
-            session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": key})
+            session.execute(text(f"SET LOCAL lock_timeout = '{int(wait * 1000)}ms'"))
+            try:
+                session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": key})
+            except OperationalError as exc:
+                if getattr(exc.orig, "sqlstate", None) == "55P03":  # lock_not_available
+                    raise Busy(
+                        f"dataset {dataset_id!r} is busy with another release; retry shortly"
+                    ) from exc
+                raise
         yield
+    finally:
+        lock.release()
 
 
 def get_release(*, session: Session, release_id: str) -> Release:

@@ -3,7 +3,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
-from service.api.deps import JobsDep, require
+from service.api.deps import ContextDep, JobsDep, require
 from service.api.schemas import JobPublic, Problem
 from service.errors import NotFound
 from service.jobs.queue import JobInfo, Jobs
@@ -51,6 +51,9 @@ def pending_response(jobs: list[JobInfo]) -> JSONResponse:
     response_model=JobPublic,
     responses={404: {"model": Problem}},
 )
-def get_job(job_id: str, jobs: JobsDep) -> JobPublic:
-    """An accounting job's state; a failed job keeps its error."""
+def get_job(job_id: str, jobs: JobsDep, ctx: ContextDep) -> JobPublic:
+    """An accounting or plan job's state; a failed job keeps its error, a finished
+    plan job holds the plan in ``result``."""
+    if ctx.plan_jobs.owns(job_id):
+        return job_public(ctx.plan_jobs.get(job_id))
     return job_public(jobs.get(job_id))

@@ -14,6 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.formparsers import MultiPartException
 
 from service.accounting.conversions import round_up
+from service.accounting.cost import refusal
 from service.accounting.mechanisms import error_messages, parse_mechanism
 from service.accounting.profiles import ACCOUNTANTS
 from service.api.blob_responses import WEIGHTS_RESPONSES, blob_response
@@ -30,10 +31,17 @@ from service.api.schemas import (
     PendingPublic,
     Problem,
 )
-from service.errors import InvalidInput, PayloadTooLarge, ProfilesPending, Unsupported
+from service.errors import (
+    InvalidInput,
+    PayloadTooLarge,
+    ProfilesPending,
+    ProfileTooCostly,
+    Unsupported,
+)
 from service.formats.streams import iter_file
 from service.jobs.claims import apply_claim_checks
 from service.jobs.plans import lc_released
+from service.jobs.profiles import cost_limits
 from service.jobs.queue import profiles_or_pending
 from service.registry import repository
 from service.registry.db import session_scope
@@ -121,6 +129,9 @@ def parse_metadata(raw: str | bytes) -> ModelCreate:
 
 
 def _register(ctx: AppContext, meta: ModelCreate, weights: IO[bytes]) -> ModelPublic:
+    reason = refusal(meta.mechanism, cost_limits(ctx.settings))
+    if reason is not None:
+        raise ProfileTooCostly(f"mechanism refused: {reason}")
     spec = repository.ModelSpec(
         dataset_id=meta.dataset_id,
         name=meta.name,
@@ -143,6 +154,7 @@ def _register(ctx: AppContext, meta: ModelCreate, weights: IO[bytes]) -> ModelPu
             max_bytes=ctx.settings.max_upload_bytes,
         ).id
     RECENT_PLANS.clear()  # plans of this dataset now have another candidate
+    ctx.plan_jobs.clear()
     # The profile job (in process: done now, claim checked; on a worker: queued). A
     # cache or queue outage never undoes a registration: the next request enqueues.
     try:

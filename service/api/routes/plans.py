@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 from service.accounting.conversions import round_up
 from service.accounting.planning import Plan, PlanRequestSpec
 from service.api.deps import ContextDep, require
-from service.api.routes.jobs import job_or_queued, pending_response
+from service.api.routes.jobs import job_or_queued, job_public, pending_response
 from service.api.schemas import (
     GuaranteePublic,
     GuaranteeRequest,
@@ -23,6 +23,7 @@ from service.api.schemas import (
 )
 from service.errors import InvalidInput, ProfilesPending
 from service.jobs.plans import guarantee_for, plan_for
+from service.jobs.queue import JobInfo
 from service.jobs.releases import cap_warning, exposed_by
 from service.registry.db import session_scope
 
@@ -124,7 +125,10 @@ def spec_from(body: PlanRequest) -> PlanRequestSpec:
     dependencies=[require("read")],
     response_model=PlanPublic,
     responses={
-        202: {"model": PendingPublic, "description": "profiles are being computed"},
+        202: {
+            "model": PendingPublic,
+            "description": "profiles are being computed, or the plan is computed as a job",
+        },
         404: {"model": Problem},
         422: {"model": Problem},
         503: {"model": Problem},
@@ -135,7 +139,9 @@ async def create_plan(body: PlanRequest, ctx: ContextDep) -> PlanPublic | JSONRe
 
     An unreachable target is a 422 whose ``min_epsilon`` is the smallest epsilon
     reachable at that delta; a method the models do not support is a 422 with
-    the reason. Plans are computed in the request (profiles come from the cache).
+    the reason. A plan that takes longer than ``RETARGET_PLAN_REQUEST_BUDGET_S``
+    becomes a job: 202 with its link; the same request shares that job and,
+    once it is done, gets its answer.
     """
     spec = spec_from(body)
     key = body.model_dump_json()
@@ -171,7 +177,24 @@ async def create_plan(body: PlanRequest, ctx: ContextDep) -> PlanPublic | JSONRe
             RECENT.put(key, public)
         return public
 
-    return await run_in_threadpool(run)
+    budget = ctx.settings.plan_request_budget_s
+    answer, job = await run_in_threadpool(ctx.plan_jobs.run, key, run, budget)
+    if job is not None:
+        return plan_job_response(job)
+    result: PlanPublic | JSONResponse = answer
+    return result
+
+
+def plan_job_response(job: JobInfo) -> JSONResponse:
+    """202: the plan outgrew the request's budget and is computed as a job."""
+    body = {
+        "status": "pending",
+        "detail": "the plan takes longer than a request may; it is computed as a job: "
+        "poll the job, or send the same request again",
+        "jobs": [job_public(job).model_dump(mode="json")],
+    }
+    headers = {"Retry-After": "2", "Location": f"/v1/jobs/{job.id}"}
+    return JSONResponse(body, status_code=202, headers=headers)
 
 
 @router.post(

@@ -1,0 +1,157 @@
+"""Plans that outgrow a request: computed as jobs, shared by identical requests, cached.
+
+A plan request waits at most ``request_budget_s`` for its answer. Past that it
+becomes a job: the caller gets 202 and the job's link; the computation goes on
+in one of a few daemon worker threads, and its answer is cached under the
+request's canonical key, so the same request asked again (or polled through
+``/v1/jobs/{id}``) gets it at once. Identical requests share one job, a client
+that goes away leaves the job to finish for the next asker (no work is
+wasted), and at most ``workers`` plans compute at a time (others wait in
+line). A job running past ``budget_s`` is reported failed with that reason.
+
+Worker threads are daemons: on SIGTERM the server stops accepting requests and
+exits without waiting for plans (a plan is a dry run; nothing is half-written),
+so shutdown takes seconds whatever is computing.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from service.errors import NotFound, RetargetError
+from service.jobs.queue import JobInfo
+
+#: How long a finished plan job's answer is kept (and served to identical requests).
+RESULT_TTL_S = 30.0
+
+
+@dataclass
+class _Job:
+    info: JobInfo
+    key: str
+    fn: Callable[[], Any]
+    done: threading.Event = field(default_factory=threading.Event)
+    value: Any = None
+    error: BaseException | None = None
+    started: float | None = None
+    finished: float | None = None
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class PlanJobs:
+    """In-process plan jobs keyed by the canonical request."""
+
+    def __init__(self, workers: int = 2, budget_s: float = 600.0) -> None:
+        if workers < 1 or not budget_s > 0:
+            raise ValueError(f"workers >= 1 and budget_s > 0 needed, got {workers}, {budget_s}")
+        self.budget_s = budget_s
+        self.workers = workers
+        self._by_key: dict[str, _Job] = {}
+        self._by_id: dict[str, _Job] = {}
+        self._lock = threading.Lock()
+        self._queue: queue.Queue[_Job] = queue.Queue()
+        self._threads: list[threading.Thread] = []
+
+    def _start_workers(self) -> None:
+        """Start the worker threads on first use (called under ``_lock``)."""
+        while len(self._threads) < self.workers:
+            thread = threading.Thread(
+                target=self._work, name=f"plan-job-{len(self._threads)}", daemon=True
+            )
+            thread.start()
+            self._threads.append(thread)
+
+    def _work(self) -> None:
+        while True:
+            job = self._queue.get()
+            job.started = time.monotonic()
+            job.info.status = "started"
+            job.info.started_at = _now()
+            try:
+                job.value = job.fn()
+                job.info.status = "finished"
+            except BaseException as exc:  # kept on the job, re-raised to its askers
+                job.error = exc
+                job.info.status = "failed"
+                job.info.error = getattr(exc, "detail", None) or "the plan failed"
+            job.finished = time.monotonic()
+            job.info.ended_at = _now()
+            job.done.set()
+
+    def run(self, key: str, fn: Callable[[], Any], wait_s: float) -> tuple[Any, JobInfo | None]:
+        """``(answer, None)`` when the plan for ``key`` is ready within ``wait_s``
+        (a domain error it raised is raised here); else ``(None, job)``."""
+        with self._lock:
+            self._expire()
+            job = self._by_key.get(key)
+            if job is None:
+                info = JobInfo(id=f"plan-{uuid.uuid4()}", kind="plan", status="queued")
+                info.enqueued_at = _now()
+                job = _Job(info=info, key=key, fn=fn)
+                self._by_key[key] = job
+                self._by_id[info.id] = job
+                self._start_workers()
+                self._queue.put(job)
+        if job.done.wait(timeout=max(0.0, wait_s)):
+            if job.error is not None:
+                with self._lock:  # an error is not cached: the next request tries again
+                    if self._by_key.get(key) is job:
+                        del self._by_key[key]
+                raise job.error
+            return job.value, None
+        return None, self.get(job.info.id)
+
+    def get(self, job_id: str) -> JobInfo:
+        """The job's state; its answer (``result``) once finished."""
+        with self._lock:
+            job = self._by_id.get(job_id)
+        if job is None:
+            raise NotFound(f"no job with id {job_id!r}")
+        info = job.info
+        running_s = time.monotonic() - job.started if job.started is not None else 0.0
+        if not job.done.is_set() and running_s > self.budget_s:
+            info.status = "failed"
+            info.error = f"the plan ran past its wall-clock budget of {self.budget_s:g} s"
+        if job.done.is_set() and job.error is None and info.result is None:
+            value = job.value
+            info.result = value.model_dump(mode="json") if hasattr(value, "model_dump") else None
+        if job.error is not None and isinstance(job.error, RetargetError):
+            info.result = {"problem": type(job.error).__name__, **job.error.extra}
+        return info
+
+    def owns(self, job_id: str) -> bool:
+        return job_id.startswith("plan-")
+
+    def wait(self, job_id: str, timeout_s: float) -> bool:
+        """Block until the job ends (tests and benchmarks); False on timeout."""
+        with self._lock:
+            job = self._by_id.get(job_id)
+        if job is None:
+            raise NotFound(f"no job with id {job_id!r}")
+        return job.done.wait(timeout_s)
+
+    def clear(self) -> None:
+        """Forget cached answers (a model was registered: plans may change)."""
+        with self._lock:
+            for key, job in list(self._by_key.items()):
+                if job.done.is_set():
+                    del self._by_key[key]
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        for key, job in list(self._by_key.items()):
+            if job.finished is not None and now - job.finished > RESULT_TTL_S:
+                del self._by_key[key]
+        for job_id, job in list(self._by_id.items()):
+            if job.finished is not None and now - job.finished > 10 * RESULT_TTL_S:
+                del self._by_id[job_id]
