@@ -81,7 +81,7 @@ def guarantee(
     kept, inputs, notes = lc_candidates(chosen, strict=True)
     acct = lc.LCAccountant(inputs, released_profiles(kept, inputs), delta)
     for acc in accountants:
-        value = acct.epsilon(w, acc)
+        value = acct.certify(w, acc)
         out[acc] = value if math.isfinite(value) else math.inf
     if len(kept) > 1:
         notes.append("assumes: " + "; ".join(lc.ASSUMPTIONS))

@@ -44,6 +44,10 @@ EXACT_PLD_GROUPS = 64
 #: Width, in log q and log sigma, of the grid that merges nearly equal steps.
 GROUP_RESOLUTION = 2e-4
 
+#: Most groups the PLD builds (each costs a fraction of a second): past this the grid
+#: is widened until the groups fit, so the work is bounded whatever the schedule.
+MAX_PLD_GROUPS = 64
+
 
 def _pld_within(
     cost: ProfileCost, limits: CostLimits, build: Callable[[], PldPair]
@@ -101,13 +105,28 @@ def _pessimistic_groups(
     GROUP_RESOLUTION (a relative change of at most 0.02% each), and steps that
     land on the same point are merged: every merged step is less private than the
     real one, so the bound stays an upper bound, and it moves by about
-    GROUP_RESOLUTION relative (well under 0.1%). The number of groups never
-    exceeds the number of distinct configurations, and the time grows with it.
+    GROUP_RESOLUTION relative (well under 0.1%). When that still leaves more than
+    MAX_PLD_GROUPS groups, the grid is doubled in width until they fit (sound the
+    same way; looser by about the final width, and the RDP curve, which composes
+    every distinct step exactly, is there beside it). The groups never exceed
+    MAX_PLD_GROUPS or the number of distinct configurations.
     """
     exact = [(float(a), float(b), int(c)) for a, b, c in zip(q, sigma, counts, strict=True)]
     if q.shape[0] <= EXACT_PLD_GROUPS:
         return exact, False
     w = GROUP_RESOLUTION
+    while True:
+        grouped = _on_grid(q, sigma, counts, w)
+        if len(grouped) <= MAX_PLD_GROUPS:
+            break
+        w *= 2.0
+    return [(a, b, c) for (a, b), c in grouped.items()], len(grouped) < q.shape[0]
+
+
+def _on_grid(
+    q: NDArray, sigma: NDArray, counts: NDArray, w: float
+) -> dict[tuple[float, float], int]:
+    """Steps merged on a log grid of width ``w``: q rounded up, sigma rounded down."""
     # Guard the float round trip: never below q, never above sigma.
     q_up = np.minimum(1.0, np.maximum(q, np.exp(np.ceil(np.log(q) / w) * w)))
     sigma_down = np.minimum(sigma, np.exp(np.floor(np.log(sigma) / w) * w))
@@ -115,7 +134,7 @@ def _pessimistic_groups(
     for a, b, c in zip(q_up, sigma_down, counts, strict=True):
         key = (float(a), float(b))
         grouped[key] = grouped.get(key, 0) + int(c)
-    return [(a, b, c) for (a, b), c in grouped.items()], len(grouped) < q.shape[0]
+    return grouped
 
 
 def _dp_sgd(mech: DPSGD, discretization: float, limits: CostLimits) -> dict[str, Any]:

@@ -37,6 +37,7 @@ class _Job:
     info: JobInfo
     key: str
     fn: Callable[[], Any]
+    keep: Callable[[Any], bool] = lambda _: True
     done: threading.Event = field(default_factory=threading.Event)
     value: Any = None
     error: BaseException | None = None
@@ -86,30 +87,43 @@ class PlanJobs:
                 job.info.error = getattr(exc, "detail", None) or "the plan failed"
             job.finished = time.monotonic()
             job.info.ended_at = _now()
+            if job.error is None and not job.keep(job.value):
+                self._forget(job)  # a reply not to serve again ("still computing")
             job.done.set()
 
-    def run(self, key: str, fn: Callable[[], Any], wait_s: float) -> tuple[Any, JobInfo | None]:
+    def run(
+        self,
+        key: str,
+        fn: Callable[[], Any],
+        wait_s: float,
+        keep: Callable[[Any], bool] = lambda _: True,
+    ) -> tuple[Any, JobInfo | None]:
         """``(answer, None)`` when the plan for ``key`` is ready within ``wait_s``
-        (a domain error it raised is raised here); else ``(None, job)``."""
+        (a domain error it raised is raised here); else ``(None, job)``. An answer
+        ``keep`` refuses (a "profiles are still being computed" reply) is not served
+        to later requests: they compute again."""
         with self._lock:
             self._expire()
             job = self._by_key.get(key)
             if job is None:
                 info = JobInfo(id=f"plan-{uuid.uuid4()}", kind="plan", status="queued")
                 info.enqueued_at = _now()
-                job = _Job(info=info, key=key, fn=fn)
+                job = _Job(info=info, key=key, fn=fn, keep=keep)
                 self._by_key[key] = job
                 self._by_id[info.id] = job
                 self._start_workers()
                 self._queue.put(job)
         if job.done.wait(timeout=max(0.0, wait_s)):
             if job.error is not None:
-                with self._lock:  # an error is not cached: the next request tries again
-                    if self._by_key.get(key) is job:
-                        del self._by_key[key]
+                self._forget(job)  # an error is not cached: the next request tries again
                 raise job.error
             return job.value, None
         return None, self.get(job.info.id)
+
+    def _forget(self, job: _Job) -> None:
+        with self._lock:
+            if self._by_key.get(job.key) is job:
+                del self._by_key[job.key]
 
     def get(self, job_id: str) -> JobInfo:
         """The job's state; its answer (``result``) once finished."""

@@ -85,7 +85,7 @@ def test_cap_holds_across_processes(two_servers: tuple[list[str], str]) -> None:
 
     with ThreadPoolExecutor(16) as pool:
         codes = list(pool.map(release, range(len(targets))))
-    assert set(codes) <= {201, 409, 422}, codes
+    assert set(codes) <= {201, 409, 422, 429}, codes  # 429: the lock wait timed out
     assert 201 in codes and 409 in codes
     for base in bases:  # both processes see the same ledger, within the cap
         ledger = httpx2.get(f"{base}/v1/datasets/{ds}/ledger", headers=auth, timeout=60).json()

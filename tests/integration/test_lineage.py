@@ -201,6 +201,7 @@ def test_unverified_checkpoints_are_independent_models(
         s.execute(update(Model).where(Model.id == ids[0]).values(lineage_verified=False))
         s.commit()
     RECENT_PLANS.clear()  # rows changed behind the API (as the migration does)
+    client.app.state.ctx.plan_jobs.clear()
     partly = client.post("/v1/plans", json=body).json()
     assert _ids(partly) == {ids[1]}
     assert any("lineage not verified" in n and ids[0] in n for n in partly["notes"])
@@ -208,6 +209,7 @@ def test_unverified_checkpoints_are_independent_models(
         s.execute(update(Model).values(lineage_verified=False))
         s.commit()
     RECENT_PLANS.clear()
+    client.app.state.ctx.plan_jobs.clear()
     none = client.post("/v1/plans", json=body)
     assert none.status_code == 422 and "verified lineage" in none.json()["detail"]
     # a new checkpoint of the run is checked against verified rows only, and verified

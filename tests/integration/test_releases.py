@@ -365,7 +365,9 @@ def test_concurrent_different_requests_never_overdraw_the_cap(
         ),
     )
     codes = [r.status_code for r in answers]
-    assert set(codes) <= {201, 409, 422}
+    # 429: waited past the dataset's lock timeout on a busy machine; told when to retry
+    assert set(codes) <= {201, 409, 422, 429}
+    assert all(r.headers.get("retry-after") for r in answers if r.status_code == 429)
     assert 201 in codes and 409 in codes
     ledger = shared.get(f"/v1/datasets/{ds}/ledger").json()
     assert ledger["cumulative"]["epsilon"] <= 1.5

@@ -154,6 +154,7 @@ def _best(
             if found is None:
                 continue
             found, eps = _polish_fixed_queries(acct, found, eps, sub_v, spec, acc)
+            eps = acct.certify(found, acc)  # the best real order: never above the search's
             start = found
             value = float(np.sum(found**2 * sub_v))
             if best is None or (value, eps) < best[0]:

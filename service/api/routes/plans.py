@@ -178,7 +178,9 @@ async def create_plan(body: PlanRequest, ctx: ContextDep) -> PlanPublic | JSONRe
         return public
 
     budget = ctx.settings.plan_request_budget_s
-    answer, job = await run_in_threadpool(ctx.plan_jobs.run, key, run, budget)
+    answer, job = await run_in_threadpool(
+        ctx.plan_jobs.run, key, run, budget, lambda v: isinstance(v, PlanPublic)
+    )
     if job is not None:
         return plan_job_response(job)
     result: PlanPublic | JSONResponse = answer
