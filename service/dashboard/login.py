@@ -1,0 +1,55 @@
+"""Dashboard login and logout: an API key with the admin or read scope, a signed cookie."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Form, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+
+from service.api.deps import ContextDep
+from service.dashboard.auth import COOKIE, readable_key
+from service.dashboard.common import (
+    page,
+    signer,
+)
+from service.registry.db import session_scope
+from service.registry.keys import find_key
+
+router = APIRouter(prefix="/admin", include_in_schema=False)
+
+
+# ---- login ------------------------------------------------------------------------
+
+
+@router.get("/login", response_class=HTMLResponse)
+def login_form(request: Request, error: str | None = None) -> HTMLResponse:
+    return page(request, "login.html", None, error=error)
+
+
+@router.post("/login")
+def login(request: Request, ctx: ContextDep, key: Annotated[str, Form()] = "") -> Response:
+    with session_scope(ctx.session_factory) as session:
+        row = find_key(session=session, key=key.strip()) if key.strip() else None
+        ok = row is not None and readable_key(session, row.id) is not None
+        key_id = row.id if row is not None else ""
+    if not ok:
+        return page(request, "login.html", None, error="unknown, revoked or not a read/admin key")
+    response = RedirectResponse("/admin", status_code=303)
+    response.set_cookie(
+        COOKIE,
+        signer(request).issue(key_id),
+        max_age=ctx.settings.session_ttl_s,
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+        path="/admin",
+    )
+    return response
+
+
+@router.post("/logout")
+def logout() -> Response:
+    response = RedirectResponse("/admin/login", status_code=303)
+    response.delete_cookie(COOKIE, path="/admin")
+    return response

@@ -1,0 +1,149 @@
+"""Dashboard pages of datasets and models: lists, profiles and their charts, downloads."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, Response
+from sqlalchemy import func, select
+
+from service.accounting.conversions import ORDERS, round_up
+from service.accounting.mechanisms import parse_mechanism
+from service.accounting.profiles import PrivacyProfile
+from service.api.blob_responses import blob_response
+from service.api.deps import AppContext, ContextDep
+from service.dashboard.common import (
+    Viewer,
+    dataset_delta,
+    mechanism_summary,
+    model_profiles,
+    page,
+    svg_response,
+)
+from service.dashboard.svg import Chart, Series
+from service.jobs.queue import profiles_or_pending
+from service.registry import repository
+from service.registry.db import session_scope
+from service.registry.models import Dataset, Model, Release
+
+router = APIRouter(prefix="/admin", include_in_schema=False)
+
+
+# ---- datasets and models ------------------------------------------------------------
+
+
+@router.get("", response_class=HTMLResponse)
+def datasets_page(request: Request, ctx: ContextDep, who: Viewer) -> HTMLResponse:
+    with session_scope(ctx.session_factory) as session:
+        counts = dict(
+            session.execute(select(Model.dataset_id, func.count()).group_by(Model.dataset_id)).all()
+        )
+        releases = dict(
+            session.execute(
+                select(Release.dataset_id, func.count()).group_by(Release.dataset_id)
+            ).all()
+        )
+        datasets = list(session.scalars(select(Dataset).order_by(Dataset.created_at)))
+        rows = [
+            {"d": d, "models": counts.get(d.id, 0), "releases": releases.get(d.id, 0)}
+            for d in datasets
+        ]
+        return page(request, "datasets.html", who, rows=rows)
+
+
+@router.get("/datasets/{dataset_id}", response_class=HTMLResponse)
+def dataset_page(request: Request, dataset_id: str, ctx: ContextDep, who: Viewer) -> HTMLResponse:
+    with session_scope(ctx.session_factory) as session:
+        dataset = repository.get_dataset(session=session, dataset_id=dataset_id)
+        models = list(
+            session.scalars(
+                select(Model).where(Model.dataset_id == dataset_id).order_by(Model.created_at)
+            )
+        )
+        delta = dataset_delta(dataset)
+        profiles = model_profiles(ctx, models)
+        rows = []
+        for i, m in enumerate(models):
+            eps = profiles[i].epsilon(delta, "best") if profiles is not None else None
+            rows.append(
+                {
+                    "m": m,
+                    "summary": mechanism_summary(m.mechanism),
+                    "epsilon": round_up(eps) if eps is not None and math.isfinite(eps) else eps,
+                }
+            )
+        return page(
+            request,
+            "dataset.html",
+            who,
+            dataset=dataset,
+            rows=rows,
+            delta=delta,
+            pending=profiles is None,
+        )
+
+
+@router.get("/models/{model_id}", response_class=HTMLResponse)
+def model_page(request: Request, model_id: str, ctx: ContextDep, who: Viewer) -> HTMLResponse:
+    with session_scope(ctx.session_factory) as session:
+        model = repository.get_model(session=session, model_id=model_id)
+        dataset = repository.get_dataset(session=session, dataset_id=model.dataset_id)
+        profiles = model_profiles(ctx, [model])
+        table = []
+        if profiles is not None:
+            for delta in (1e-3, 1e-5, 1e-6, 1e-8, 1e-10):
+                table.append(
+                    {
+                        "delta": delta,
+                        "rdp": profiles[0].epsilon(delta, "rdp"),
+                        "pld": profiles[0].epsilon(delta, "pld"),
+                    }
+                )
+        return page(
+            request,
+            "model.html",
+            who,
+            model=model,
+            dataset=dataset,
+            summary=mechanism_summary(model.mechanism),
+            table=table,
+            pending=profiles is None,
+        )
+
+
+def _model_profile(ctx: AppContext, model_id: str) -> PrivacyProfile:
+    with session_scope(ctx.session_factory) as session:
+        model = repository.get_model(session=session, model_id=model_id)
+        (profile,) = profiles_or_pending(ctx.jobs, [("model", parse_mechanism(model.mechanism))])
+    return profile
+
+
+@router.get("/models/{model_id}/profile.svg")
+def model_profile_svg(model_id: str, ctx: ContextDep, who: Viewer) -> Response:
+    profile = _model_profile(ctx, model_id)
+    chart = Chart("epsilon vs delta", x_label="epsilon", y_label="delta", log_y=True)
+    deltas = np.geomspace(1e-12, 1e-1, 45)
+    for acc, color, dashed in (("rdp", "#1f77b4", True), ("pld", "#d62728", False)):
+        pts = [(profile.epsilon(float(d), acc), float(d)) for d in deltas]  # type: ignore[arg-type]
+        chart.series.append(Series(acc.upper(), pts, dashed=dashed, color=color))
+    return svg_response(chart)
+
+
+@router.get("/models/{model_id}/rdp.svg")
+def model_rdp_svg(model_id: str, ctx: ContextDep, who: Viewer) -> Response:
+    profile = _model_profile(ctx, model_id)
+    orders = ORDERS[ORDERS <= 64]
+    values = profile.rdp_at(orders)
+    chart = Chart("RDP curve", x_label="order alpha", y_label="RDP epsilon(alpha)", log_y=True)
+    chart.series.append(Series("RDP", list(zip(orders.tolist(), values.tolist(), strict=True))))
+    return svg_response(chart)
+
+
+@router.get("/models/{model_id}/weights")
+def model_weights(model_id: str, request: Request, ctx: ContextDep, who: Viewer) -> Response:
+    with session_scope(ctx.session_factory) as session:
+        model = repository.get_model(session=session, model_id=model_id)
+        sha, name = model.sha256, f"{model.name}-v{model.version}.safetensors"
+    return blob_response(request, ctx.blobs, sha, name)
