@@ -5,8 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
+
+from sqlalchemy.exc import DBAPIError
 
 from service.config import Settings
 
@@ -78,19 +81,48 @@ def _bootstrap_admin_key(settings: Settings) -> None:
 
 
 def cmd_keys_create(args: argparse.Namespace, settings: Settings) -> int:
+    """Create a key in the service's database; the key alone goes to stdout (once), after
+    it is committed, so `retarget keys create ... | head -1` never prints a lost key."""
     from service.registry import keys
     from service.registry.db import make_engine, make_sessionmaker, session_scope
 
-    if settings.auto_migrate:
+    url = settings.resolved_database_url
+    missing = _missing_sqlite_file(url)
+    if missing is not None and not args.create and not _data_place_given():
+        print(
+            f"retarget: no database at {missing}. Run this where the service keeps its data "
+            "(the folder holding retarget-data), set RETARGET_DATA_DIR or "
+            "RETARGET_DATABASE_URL, or pass --create to start a new database there.",
+            file=sys.stderr,
+        )
+        return 2
+    if settings.auto_migrate or missing is not None:
         _migrate(settings)
-    engine = make_engine(settings.resolved_database_url)
+    engine = make_engine(url)
     try:
         with session_scope(make_sessionmaker(engine)) as session:
             row, key = keys.create_key(session=session, name=args.name, scopes=args.scope)
-            print(f"{key}\n(id {row.id}, scopes {', '.join(row.scopes)}; shown once)")
+            key_id, scopes = row.id, ", ".join(row.scopes)
     finally:
         engine.dispose()
+    print(f"key {key_id} ({scopes}; shown once) in {_redact(url)}:", file=sys.stderr, flush=True)
+    print(key, flush=True)
     return 0
+
+
+def _missing_sqlite_file(url: str) -> Path | None:
+    """The SQLite file ``url`` names when it does not exist yet (None otherwise)."""
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or not parsed.database:
+        return None
+    path = Path(parsed.database)
+    return None if path.exists() else path
+
+
+def _data_place_given() -> bool:
+    return any(os.environ.get(v) for v in ("RETARGET_DATA_DIR", "RETARGET_DATABASE_URL"))
 
 
 def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
@@ -173,6 +205,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="repeat for several scopes",
     )
     create.add_argument("--name", default="cli")
+    create.add_argument(
+        "--create",
+        action="store_true",
+        help="start a new database if there is none (default: refuse, so a key is never "
+        "created where no service will read it)",
+    )
     create.set_defaults(func=cmd_keys_create)
 
     migrate = sub.add_parser("migrate", help="bring the database schema to the newest revision")
@@ -198,7 +236,20 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
     args = build_parser().parse_args(argv)
-    return int(args.func(args, Settings()))
+    settings = Settings()
+    try:
+        return int(args.func(args, settings))
+    except DBAPIError as exc:  # unreachable, unreadable or not a database
+        reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
+        print(
+            f"retarget: cannot use the database {_redact(settings.resolved_database_url)}: "
+            f"{reason}",
+            file=sys.stderr,
+        )
+        return 1
+    except BrokenPipeError:  # the reader went away (| head): nothing more to say
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":
