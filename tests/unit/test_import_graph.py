@@ -10,7 +10,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "service"
-MAX_LINES = 400
 
 
 def _module_name(path: Path) -> str:
