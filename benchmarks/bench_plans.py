@@ -20,7 +20,8 @@ import numpy as np
 from dp_accounting.pld import privacy_loss_distribution as pldlib
 
 from service.accounting.mechanisms import parse_mechanism
-from service.accounting.mixture import lc_mixture, mixture_pld, mixture_rdp, mixture_rdp_literal
+from service.accounting.mixture import lc_mixture, mixture_rdp, mixture_rdp_literal
+from service.accounting.mixture_pld import mixture_pld
 from service.accounting.planning import Candidate, PlanRequestSpec, make_plan
 from service.accounting.profiles import compute_profile
 

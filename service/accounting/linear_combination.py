@@ -47,7 +47,8 @@ from numpy.typing import NDArray
 from service.accounting.conversions import ORDERS, eps_from_rdp
 from service.accounting.mechanisms import DPSGD, Gaussian, Mechanism, NonPrivate, Segment
 from service.accounting.merged_step import merged_step_mixture
-from service.accounting.mixture import Mixture, gaussian_epsilon, mixture_pld, mixture_rdp
+from service.accounting.mixture import Mixture, mixture_rdp
+from service.accounting.mixture_pld import gaussian_epsilon, mixture_pld
 from service.accounting.orders import epsilon_any_order
 from service.accounting.pld import DEFAULT_DISCRETIZATION, PldPair
 from service.accounting.profiles import RDP_SAFETY, PrivacyProfile, compute_profile

@@ -2,7 +2,7 @@
 
 Source: Section 6 of papers/dp-model-merging.txt (Theorems 6.2 and 6.4,
 Algorithms 3 and 4): every merged step is the 1-D Gaussian mixture of
-``mixture.py``, steps aligned across models (runs of unequal length padded with
+``mixture.py`` and ``mixture_pld.py``, steps aligned across models (runs of unequal length padded with
 virtual steps: q = 0, no noise) and composed.
 
 NOT A GUARANTEE for multi-step mechanisms. The argument treats each step's
@@ -25,7 +25,8 @@ from numpy.typing import NDArray
 
 from service.accounting.conversions import ORDERS, eps_from_rdp
 from service.accounting.mechanisms import DPSGD, Gaussian, Mechanism
-from service.accounting.mixture import gaussian_epsilon, lc_mixture, mixture_pld, mixture_rdp
+from service.accounting.mixture import lc_mixture, mixture_rdp
+from service.accounting.mixture_pld import gaussian_epsilon, mixture_pld
 from service.accounting.pld import PldPair
 from service.accounting.profiles import RDP_SAFETY
 from service.errors import Unsupported

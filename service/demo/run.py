@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import shutil
 import socket
 import threading
@@ -30,14 +29,19 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from safetensors.torch import load as load_safetensors
 from safetensors.torch import save
 
-from service.demo.client import ApiError, Client
+from service.demo.client import Client
 from service.demo.data import Digits, Split, load_digits_splits
+from service.demo.releasing import (
+    check_claims,
+    checkpoint_run,
+    other_accountant,
+    release_and_score,
+)
 from service.demo.report import write_report
-from service.demo.results import Dashboard, DemoOptions, DemoResult, Progress, Row
-from service.demo.train import TrainConfig, TrainedModel, accuracy, build, train
+from service.demo.results import Dashboard, DemoOptions, DemoResult, Progress
+from service.demo.train import TrainConfig, TrainedModel, train
 
 
 class LocalService:
@@ -89,12 +93,6 @@ def split_bytes(split: Split) -> bytes:
     return save({"inputs": split.inputs, "labels": split.labels})
 
 
-def test_accuracy_of(family: str, weights: bytes, test: Split) -> float:
-    model = build(family)
-    model.load_state_dict(load_safetensors(weights))
-    return accuracy(model, test)
-
-
 def run_demo(options: DemoOptions, progress: Progress = print) -> DemoResult:
     started = time.perf_counter()
     result = DemoResult(options)
@@ -124,9 +122,9 @@ def run_demo(options: DemoOptions, progress: Progress = print) -> DemoResult:
         ids = _register(api, dataset["id"], trained, options, progress, result)
         for family in options.families:
             _frontier(api, dataset["id"], family, ids, data, options, progress, result)
-        _checkpoints(api, dataset["id"], ids, data, options, progress, result)
+        checkpoint_run(api, dataset["id"], ids, data, options, progress, result)
         result.dashboard = _dashboard_access(service, out)
-    result.checks = _checks(result)
+    result.checks = check_claims(result)
     result.seconds = time.perf_counter() - started
     write_report(result, out)
     progress(f"wrote {out / 'report.md'} ({result.seconds:.0f} s)")
@@ -309,194 +307,9 @@ def _frontier(
                     "objective": objective,
                     "model_ids": group,
                 }
-                row = _release(api, request, family, seed, by_id, data, progress, result)
+                row = release_and_score(api, request, family, seed, by_id, data, progress, result)
                 if row is not None and method == "lc" and objective == "noise":
-                    row.other_accountant_epsilon = _other_accountant(api, request, row)
-
-
-def _release(
-    api: Client,
-    request: dict[str, Any],
-    family: str,
-    seed: int,
-    by_id: dict[str, dict[str, Any]],
-    data: Digits,
-    progress: Progress,
-    result: DemoResult,
-) -> Row | None:
-    """Release one plan, download it and score it on the held-out test split."""
-    method, acc, target = request["method"], request["accountant"], request["epsilon"]
-    t0 = time.perf_counter()
-    try:
-        release = api.json("POST", "/v1/retarget", request)
-    except ApiError as exc:
-        result.infeasible.append(
-            {
-                "family": family,
-                "seed": seed,
-                "target": target,
-                "method": method,
-                "accountant": acc,
-                "status": exc.status,
-                "detail": exc.problem.get("detail"),
-                "min_epsilon": exc.problem.get("min_epsilon"),
-            }
-        )
-        progress(f"  {method}/{acc} at {target:g}: {exc.status} {exc.problem.get('detail')}")
-        return None
-    weights = {w["model_id"]: w["weight"] for w in release["weights"]}
-    blob = api.download(release["download_url"])
-    test_acc = test_accuracy_of(family, blob, data.test)
-    expected = (
-        sum(w * by_id[m]["test_accuracy"] for m, w in weights.items()) if method == "rs" else None
-    )
-    row = Row(
-        family=family,
-        method=method,
-        accountant=release["accountant"],
-        objective=request["objective"],
-        target=target,
-        epsilon=release["epsilon"],
-        test_accuracy=test_acc,
-        expected_test_accuracy=expected,
-        weights=weights,
-        release_id=release["release_id"],
-        seed=seed,
-        paper_epsilon=release["plan"].get("paper_epsilon") if method == "lc" else None,
-    )
-    result.rows.append(row)
-    shown = expected if expected is not None else test_acc
-    progress(
-        f"  {method}/{row.accountant} ({row.objective}) at {target:g}: epsilon "
-        f"{row.epsilon:.3f}, test accuracy {shown:.3f} "
-        f"({len(weights)} model(s), {time.perf_counter() - t0:.1f} s)"
-    )
-    return row
-
-
-def _other_accountant(api: Client, request: dict[str, Any], row: Row) -> float | None:
-    """What the same LC weights prove under the other accountant."""
-    g = api.json(
-        "POST",
-        "/v1/plans/guarantee",
-        {
-            "dataset_id": request["dataset_id"],
-            "delta": request["delta"],
-            "method": "lc",
-            "accountant": "pld" if row.accountant == "rdp" else "rdp",
-            "weights": [{"model_id": m, "weight": w} for m, w in row.weights.items()],
-        },
-    )
-    return g["epsilon"]
-
-
-def _checkpoints(
-    api: Client,
-    dataset_id: str,
-    ids: dict[str, list[dict[str, Any]]],
-    data: Digits,
-    options: DemoOptions,
-    progress: Progress,
-    result: DemoResult,
-) -> None:
-    run = ids["checkpoints"]
-    eps = [m["epsilon_pld"] for m in run]
-    target = float(f"{(min(eps) + max(eps)) / 2:.3g}")
-    request = {
-        "dataset_id": dataset_id,
-        "epsilon": target,
-        "delta": options.delta,
-        "accountant": "best",
-        "model_ids": [m["id"] for m in run],
-    }
-    rs_plan = api.json("POST", "/v1/plans", {**request, "method": "rs"})
-    try:
-        api.json("POST", "/v1/plans", {**request, "method": "lc"})
-        lc_refusal = None
-    except ApiError as exc:
-        lc_refusal = {"status": exc.status, "detail": exc.problem.get("detail")}
-    result.checkpoints = {
-        "target": target,
-        "models": run,
-        "rs": {
-            "epsilon": rs_plan["epsilon"],
-            "accountant": rs_plan["accountant"],
-            "weights": {w["model_id"]: w["weight"] for w in rs_plan["weights"]},
-        },
-        "lc_refusal": lc_refusal,
-    }
-    lc_said = f"refused: {lc_refusal['detail']}" if lc_refusal else "was NOT refused"
-    progress(
-        f"checkpoints of one run at epsilon {target:g}: RS epsilon {rs_plan['epsilon']:.3f}; "
-        f"LC {lc_said}"
-    )
-    # where averaging is proven free: the average of one run's checkpoints is a
-    # post-processing of the run up to its latest checkpoint, so it costs exactly that
-    latest = max(run, key=lambda m: m["steps"])
-    release = api.json(
-        "POST",
-        "/v1/retarget",
-        {
-            **request,
-            "epsilon": _ceil_3(latest["epsilon_pld"]),
-            "method": "checkpoint_average",
-            "last_k": len(run),
-        },
-    )
-    blob = api.download(release["download_url"])
-    average = {
-        "epsilon": release["epsilon"],
-        "accountant": release["accountant"],
-        "test_accuracy": test_accuracy_of("mlp", blob, data.test),
-        "latest": latest["name"],
-        "latest_epsilon": latest["epsilon_pld"],
-        "latest_test_accuracy": latest["test_accuracy"],
-    }
-    result.checkpoints["average"] = average
-    progress(
-        f"average of the {len(run)} checkpoints: epsilon {average['epsilon']:.3f} (the latest "
-        f"checkpoint's), test accuracy {average['test_accuracy']:.3f} against "
-        f"{average['latest_test_accuracy']:.3f} for the latest alone"
-    )
-
-
-def _ceil_3(x: float) -> float:
-    """``x`` rounded up to 3 significant digits (a target that the value meets)."""
-    scale = 10.0 ** (2 - math.floor(math.log10(x)))
-    return math.ceil(x * scale) / scale
-
-
-def _checks(result: DemoResult) -> dict[str, bool]:
-    """The paper's qualitative claims, checked on this run's numbers."""
-    average = result.checkpoints.get("average")
-    frontier_rows = [r for r in result.rows if r.objective != "validation"]
-    lc_rows = [r for r in frontier_rows if r.method == "lc"]
-    by_family: dict[str, list[float]] = {}
-    for m in result.inputs:
-        by_family.setdefault(m["family"], []).append(m["epsilon_pld"])
-    rs_infeasible_where_single_fits = [
-        f
-        for f in result.infeasible
-        if f["method"] == "rs" and f["target"] >= min(by_family.get(f["family"], [math.inf]))
-    ]
-    return {
-        "every target between the input epsilons was released": not [
-            f for f in result.infeasible if f["method"] in ("rs", "lc")
-        ],
-        "every release meets its target": all(r.epsilon <= r.target for r in result.rows),
-        "PLD proves a lower epsilon than RDP for each LC-RDP release": all(
-            r.other_accountant_epsilon is not None and r.other_accountant_epsilon < r.epsilon
-            for r in lc_rows
-            if r.accountant == "rdp"
-        ),
-        "RS is never infeasible where one input model alone meets the target": not (
-            rs_infeasible_where_single_fits
-        ),
-        "LC is refused for checkpoints of one run": bool(result.checkpoints.get("lc_refusal")),
-        "averaging one run's checkpoints costs exactly the latest checkpoint's epsilon": bool(
-            average and math.isclose(average["epsilon"], average["latest_epsilon"], rel_tol=1e-5)
-        ),
-    }
+                    row.other_accountant_epsilon = other_accountant(api, request, row)
 
 
 def main(out: Path, quick: bool = False, progress: Progress = print) -> int:

@@ -77,3 +77,16 @@ def test_the_import_graph_has_no_cycle() -> None:
 def test_the_cycle_finder_finds_a_cycle() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert _cycles(graph) == [["a", "b", "c"]]
+
+
+#: A module one reads in one sitting; past this, split it by what it does.
+MAX_LINES = 400
+
+
+def test_no_module_is_longer_than_the_limit() -> None:
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in PACKAGE.rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > MAX_LINES
+    }
+    assert long == {}

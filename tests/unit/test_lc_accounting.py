@@ -11,12 +11,8 @@ from service.accounting import linear_combination as lc
 from service.accounting.conversions import ORDERS
 from service.accounting.mechanisms import parse_mechanism
 from service.accounting.merged_step import merged_step_mixture
-from service.accounting.mixture import (
-    lc_mixture,
-    mixture_pld,
-    mixture_rdp,
-    mixture_rdp_literal,
-)
+from service.accounting.mixture import lc_mixture, mixture_rdp, mixture_rdp_literal
+from service.accounting.mixture_pld import mixture_pld
 from service.accounting.profiles import compute_profile
 from service.accounting.rdp import subsampled_gaussian_rdp
 from tests.helpers import sgd

@@ -1,50 +1,22 @@
-"""Mechanism metadata: what trained a model, as frozen, validated records.
-
-Every registered model carries one mechanism, a discriminated union on
-``type``. The persisted kinds are append-only: the meaning of a stored
-``type`` never changes; a new meaning gets a new ``type``.
-
-Each mechanism has a *canonical form* (``canonical_mechanism``): one
-spelling for every way of writing the same mechanism (a constant DP-SGD run,
-a one-segment schedule and a per-step array of equal values are the same
-run), serialised as sorted, compact JSON and hashed with sha256
-(``mechanism_hash``). Equal mechanisms therefore share one privacy profile.
-
-Pure pydantic: nothing here does I/O.
-"""
+"""DP-SGD records: constant fields, a schedule of segments, or per-step arrays."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    TypeAdapter,
-    ValidationError,
-    model_validator,
+from pydantic import Field, model_validator
+
+from service.accounting.mechanisms.records import (
+    Optimizer,
+    PositiveFloat,
+    Record,
+    SamplingRate,
+    Steps,
 )
 
-PositiveFloat = Annotated[float, Field(gt=0)]
-NonNegativeFloat = Annotated[float, Field(ge=0)]
-SamplingRate = Annotated[float, Field(gt=0, le=1)]
-Steps = Annotated[int, Field(ge=1, le=10**9)]
 
-#: Optimizers the registry knows. Linear combination accounting (Theorem 6.2 of
-#: papers/dp-model-merging.txt) covers plain SGD only; the others still admit
-#: random selection and the joint-release bound.
-Optimizer = Literal["sgd", "sgd_momentum", "adam", "adamw", "adagrad", "rmsprop", "other"]
-
-
-class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
-
-
-class ParamGroup(_Record):
+class ParamGroup(Record):
     """One parameter group clipped to its own norm and noised with its own multiplier."""
 
     name: str | None = Field(default=None, max_length=200)
@@ -52,7 +24,7 @@ class ParamGroup(_Record):
     noise_multiplier: PositiveFloat
 
 
-class Segment(_Record):
+class Segment(Record):
     """``steps`` consecutive DP-SGD steps with the same parameters.
 
     Either one ``clipping_norm`` and ``noise_multiplier`` for the whole
@@ -104,7 +76,7 @@ class Segment(_Record):
         return self.model_dump(exclude={"steps"}) == other.model_dump(exclude={"steps"})
 
 
-class PerStep(_Record):
+class PerStep(Record):
     """Per-step values (time-varying noise): lists of equal length T, or scalars."""
 
     sampling_rate: list[SamplingRate] | SamplingRate
@@ -161,7 +133,7 @@ class PerStep(_Record):
 _CONSTANT_FIELDS = ("sampling_rate", "noise_multiplier", "clipping_norm", "steps", "groups")
 
 
-class DPSGD(_Record):
+class DPSGD(Record):
     """DP-SGD (Abadi et al. 2016) with constant parameters or a schedule.
 
     Three spellings of one record: constant fields (``sampling_rate``,
@@ -270,217 +242,3 @@ class DPSGD(_Record):
         if self.nesterov:
             out["nesterov"] = True
         return out
-
-
-class Gaussian(_Record):
-    """``count`` adaptive compositions of a Gaussian mechanism.
-
-    Noise std = ``noise_multiplier`` * ``sensitivity``; give one of
-    ``noise_std`` or ``noise_multiplier``.
-    """
-
-    type: Literal["gaussian"]
-    sensitivity: PositiveFloat
-    noise_std: PositiveFloat | None = None
-    noise_multiplier: PositiveFloat | None = None
-    count: Steps = 1
-    #: Whether later queries may depend on earlier answers (the default, and the safe
-    #: reading). ``False``: the ``count`` queries were fixed in advance (the mean
-    #: estimation of section 4.1), which linear combination accounts exactly.
-    adaptive: bool = True
-    #: The model is the running sum of its noisy answers (each answer enters its
-    #: weights additively, as a gradient step does): linear combination then uses the
-    #: DP-SGD rule with q = 1. Meaningful only with ``adaptive``.
-    additive: bool = False
-
-    @model_validator(mode="after")
-    def _one_noise(self) -> Gaussian:
-        if (self.noise_std is None) == (self.noise_multiplier is None):
-            raise ValueError("give exactly one of noise_std or noise_multiplier")
-        if self.additive and not self.adaptive:
-            raise ValueError("additive applies to adaptive queries only (adaptive: true)")
-        return self
-
-    @property
-    def sigma(self) -> float:
-        """Noise std over sensitivity."""
-        if self.noise_multiplier is not None:
-            return self.noise_multiplier
-        assert self.noise_std is not None
-        return self.noise_std / self.sensitivity
-
-    @property
-    def std(self) -> float:
-        if self.noise_std is not None:
-            return self.noise_std
-        assert self.noise_multiplier is not None
-        return self.noise_multiplier * self.sensitivity
-
-    def canonical(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "type": self.type,
-            "sensitivity": self.sensitivity,
-            "noise_std": self.std,
-            "count": self.count,
-        }
-        # Defaults are left out so records written before these fields hash as before.
-        if not self.adaptive:
-            out["adaptive"] = False
-        if self.additive:
-            out["additive"] = True
-        return out
-
-
-class BalancedIterationSubsampling(_Record):
-    """Each example takes part in exactly ``participations`` of ``iterations`` steps.
-
-    Source: papers/balanced-iteration-subsampling.txt. ``epochs`` independent
-    repetitions of the scheme are composed.
-    """
-
-    type: Literal["balanced_iteration_subsampling"]
-    iterations: Steps
-    participations: Steps
-    noise_multiplier: PositiveFloat
-    clipping_norm: PositiveFloat
-    epochs: Steps = 1
-    learning_rate: PositiveFloat | None = None
-    optimizer: Optimizer = "sgd"
-
-    @model_validator(mode="after")
-    def _k_le_t(self) -> BalancedIterationSubsampling:
-        if self.participations > self.iterations:
-            raise ValueError(
-                f"participations ({self.participations}) must be <= iterations ({self.iterations})"
-            )
-        return self
-
-    def canonical(self) -> dict[str, Any]:
-        return self.model_dump(mode="json", exclude_none=True)
-
-
-class RDPCurve(_Record):
-    """Renyi DP guarantees (order, epsilon) given by the trainer; mechanism unknown."""
-
-    type: Literal["rdp_curve"]
-    orders: list[Annotated[float, Field(gt=1)]] = Field(min_length=1, max_length=10_000)
-    epsilons: list[NonNegativeFloat] = Field(min_length=1, max_length=10_000)
-
-    @model_validator(mode="after")
-    def _pairs(self) -> RDPCurve:
-        if len(self.orders) != len(self.epsilons):
-            raise ValueError(
-                f"orders and epsilons must have equal lengths, got {len(self.orders)} "
-                f"and {len(self.epsilons)}"
-            )
-        seen: dict[float, float] = {}
-        for a, e in zip(self.orders, self.epsilons, strict=True):
-            if a in seen and seen[a] != e:
-                raise ValueError(f"order {a} is given twice with different epsilons")
-            seen[a] = e
-        return self
-
-    def points(self) -> list[tuple[float, float]]:
-        return sorted(set(zip(self.orders, self.epsilons, strict=True)))
-
-    def canonical(self) -> dict[str, Any]:
-        pts = self.points()
-        return {
-            "type": self.type,
-            "orders": [a for a, _ in pts],
-            "epsilons": [e for _, e in pts],
-        }
-
-
-class EpsilonDelta(_Record):
-    """Only an (epsilon, delta)-DP guarantee is known."""
-
-    type: Literal["epsilon_delta"]
-    epsilon: NonNegativeFloat
-    delta: Annotated[float, Field(ge=0, lt=1)]
-
-    def canonical(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
-
-
-class NonPrivate(_Record):
-    """No privacy guarantee: delta(epsilon) = 1 for every epsilon."""
-
-    type: Literal["non_private"]
-
-    def canonical(self) -> dict[str, Any]:
-        return {"type": self.type}
-
-
-Mechanism = Annotated[
-    Gaussian | DPSGD | BalancedIterationSubsampling | RDPCurve | EpsilonDelta | NonPrivate,
-    Field(discriminator="type"),
-]
-
-MECHANISM_TYPES: tuple[str, ...] = (
-    "gaussian",
-    "dp_sgd",
-    "balanced_iteration_subsampling",
-    "rdp_curve",
-    "epsilon_delta",
-    "non_private",
-)
-
-_ADAPTER: TypeAdapter[Any] = TypeAdapter(Mechanism)
-
-
-def parse_mechanism(data: Any) -> Mechanism:
-    """Validate a mechanism given as a dict (parsed JSON).
-
-    Raises pydantic's ``ValidationError``; each error names the field.
-    """
-    return _ADAPTER.validate_python(data)
-
-
-def canonical_mechanism(mechanism: Mechanism) -> dict[str, Any]:
-    """The one spelling of ``mechanism`` that is stored and hashed."""
-    return mechanism.canonical()
-
-
-def canonical_json(data: Any) -> str:
-    """Sorted, compact JSON; NaN and infinities are refused."""
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False)
-
-
-def mechanism_hash(mechanism: Mechanism) -> str:
-    """sha256 of the canonical JSON: equal mechanisms hash equal however written."""
-    return hashlib.sha256(canonical_json(canonical_mechanism(mechanism)).encode()).hexdigest()
-
-
-def error_messages(exc: ValidationError, prefix: str = "") -> list[dict[str, Any]]:
-    """A pydantic error as ``[{field, message}]`` with dotted field paths.
-
-    The union's tags (``dp_sgd`` in ``dp_sgd.steps``) are dropped from the path and
-    ``prefix`` put in front: ``mechanism.steps``.
-    """
-    out = []
-    for err in exc.errors(include_url=False, include_context=False, include_input=False):
-        loc = [str(p) for p in err["loc"] if p not in MECHANISM_TYPES]
-        field = ".".join([prefix, *loc] if prefix else loc) or prefix
-        out.append({"field": field, "message": err["msg"]})
-    return out
-
-
-__all__ = [
-    "DPSGD",
-    "MECHANISM_TYPES",
-    "BalancedIterationSubsampling",
-    "EpsilonDelta",
-    "Gaussian",
-    "Mechanism",
-    "NonPrivate",
-    "ParamGroup",
-    "PerStep",
-    "RDPCurve",
-    "Segment",
-    "canonical_json",
-    "canonical_mechanism",
-    "error_messages",
-    "mechanism_hash",
-    "parse_mechanism",
-]

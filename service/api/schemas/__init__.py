@@ -1,0 +1,80 @@
+"""Request and response schemas. Names say their role: ``XCreate``, ``XPublic``, ``XsPublic``."""
+
+from service.api.schemas.common import MAX_BIGINT, MAX_INT, Delta, Epsilon, In, Name, Problem, Text
+from service.api.schemas.deployments import (
+    DeploymentCreate,
+    DeploymentEventPublic,
+    DeploymentPublic,
+    PolicyChangeWebhook,
+    PolicyUpdate,
+    WebhookAccepted,
+)
+from service.api.schemas.keys import KeyCreate, KeyCreated, KeyPublic
+from service.api.schemas.plans import (
+    GuaranteePublic,
+    GuaranteeRequest,
+    GuaranteeWeight,
+    JobPublic,
+    PendingPublic,
+    PlanPublic,
+    PlanRequest,
+    PlanWeight,
+)
+from service.api.schemas.registry import (
+    Claimed,
+    DatasetCreate,
+    DatasetPublic,
+    DatasetsPublic,
+    EpsilonPublic,
+    Lineage,
+    ModelCreate,
+    ModelPublic,
+    ModelsPublic,
+)
+from service.api.schemas.releases import (
+    CumulativePublic,
+    LedgerPublic,
+    ReleasePublic,
+    RetargetRequest,
+)
+
+__all__ = [
+    "MAX_BIGINT",
+    "MAX_INT",
+    "Claimed",
+    "CumulativePublic",
+    "DatasetCreate",
+    "DatasetPublic",
+    "DatasetsPublic",
+    "Delta",
+    "DeploymentCreate",
+    "DeploymentEventPublic",
+    "DeploymentPublic",
+    "Epsilon",
+    "EpsilonPublic",
+    "GuaranteePublic",
+    "GuaranteeRequest",
+    "GuaranteeWeight",
+    "In",
+    "JobPublic",
+    "KeyCreate",
+    "KeyCreated",
+    "KeyPublic",
+    "LedgerPublic",
+    "Lineage",
+    "ModelCreate",
+    "ModelPublic",
+    "ModelsPublic",
+    "Name",
+    "PendingPublic",
+    "PlanPublic",
+    "PlanRequest",
+    "PlanWeight",
+    "PolicyChangeWebhook",
+    "PolicyUpdate",
+    "Problem",
+    "ReleasePublic",
+    "RetargetRequest",
+    "Text",
+    "WebhookAccepted",
+]

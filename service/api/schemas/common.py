@@ -1,0 +1,39 @@
+"""Field types and the base of every request body."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+#: Printable names: no control characters and no path separators.
+Name = Annotated[
+    str,
+    StringConstraints(
+        strip_whitespace=True, min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f/\\]+$"
+    ),
+]
+#: Free text stored in the database: no NUL characters (Postgres text cannot hold them).
+Text = Annotated[str, StringConstraints(pattern=r"^[^\x00]*$")]
+#: The largest value a BIGINT column holds (2^63 - 1) and an INTEGER one (2^31 - 1).
+MAX_BIGINT = 2**63 - 1
+MAX_INT = 2**31 - 1
+Epsilon = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+#: A target delta: at least 1e-300, a normal float64 (below it logs and ratios of delta
+#: lose all precision; no useful guarantee needs a smaller one).
+Delta = Annotated[float, Field(ge=1e-300, lt=1, allow_inf_nan=False)]
+
+
+class In(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+class Problem(BaseModel):
+    """RFC 9457 problem details."""
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    instance: str | None = None
+    errors: list[dict[str, Any]] | None = None

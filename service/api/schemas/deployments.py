@@ -1,0 +1,68 @@
+"""Deployments, policies and policy-change webhooks."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, Field, StringConstraints
+
+from service.api.schemas.common import Delta, Epsilon, In, Name, Text
+from service.api.schemas.plans import JobPublic
+
+
+class DeploymentCreate(In):
+    name: Name
+    dataset_id: Text = Field(min_length=1, max_length=36)
+    epsilon: Epsilon
+    delta: Delta
+    method: Literal["rs", "lc", "auto"] = "auto"
+    accountant: Literal["rdp", "pld", "best"] = "best"
+    callback_url: (
+        Annotated[str, StringConstraints(max_length=2000, pattern=r"^https?://[^\s]+$")] | None
+    ) = None
+
+
+class PolicyUpdate(In):
+    epsilon: Epsilon
+    delta: Delta
+    reason: Annotated[str, StringConstraints(max_length=2000)] | None = None
+
+
+class PolicyChangeWebhook(In):
+    deployment: Name
+    epsilon: Epsilon
+    delta: Delta
+    reason: Annotated[str, StringConstraints(max_length=2000)] | None = None
+
+
+class DeploymentEventPublic(BaseModel):
+    kind: str
+    epsilon: float | None
+    delta: float | None
+    release_id: str | None
+    reason: str | None
+    source: str | None
+    created_at: datetime
+
+
+class DeploymentPublic(BaseModel):
+    name: str
+    dataset_id: str
+    epsilon: float
+    delta: float
+    method: str
+    accountant: str
+    callback_url: str | None
+    current_release_id: str | None
+    model_url: str
+    last_error: str | None
+    created_at: datetime
+    updated_at: datetime
+    history: list[DeploymentEventPublic]
+
+
+class WebhookAccepted(BaseModel):
+    delivery: str
+    deployment: str
+    job: JobPublic

@@ -1,0 +1,28 @@
+"""API keys."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from service.api.schemas.common import In, Name
+
+
+class KeyCreate(In):
+    name: Name
+    scopes: list[Literal["admin", "publish", "release", "read"]] = Field(min_length=1)
+
+
+class KeyPublic(BaseModel):
+    id: str
+    name: str
+    prefix: str = Field(description="the key's first characters, to tell keys apart")
+    scopes: list[str]
+    created_at: datetime
+    revoked_at: datetime | None
+
+
+class KeyCreated(KeyPublic):
+    key: str = Field(description="the API key; shown this once, stored only hashed")

@@ -1,0 +1,130 @@
+"""Datasets and models."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+
+from service.accounting.mechanisms import Mechanism
+from service.api.schemas.common import MAX_BIGINT, MAX_INT, Delta, Epsilon, In, Name, Text
+from service.jobs.releases import DEFAULT_LEDGER_DELTA
+from service.merging.architecture import Architecture
+
+
+class DatasetCreate(In):
+    name: Name
+    description: Text | None = Field(default=None, max_length=10_000)
+    metric: Annotated[str, StringConstraints(min_length=1, max_length=100)] | None = Field(
+        default=None, description="The utility metric plans maximise by default."
+    )
+    epsilon_cap: Epsilon | None = None
+    delta_cap: Delta | None = None
+
+
+class DatasetPublic(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: str
+    name: str
+    description: str | None
+    metric: str | None
+    epsilon_cap: float | None
+    delta_cap: float | None = Field(
+        description="the delta the ledger is held to; 1e-05 when an epsilon cap is set without one"
+    )
+    validation_examples: int | None = Field(
+        default=None, description="examples in the public validation split, if one is registered"
+    )
+    validation_sha256: str | None = None
+    created_at: datetime
+
+    @model_validator(mode="after")
+    def _effective_delta_cap(self) -> DatasetPublic:
+        if self.epsilon_cap is not None and self.delta_cap is None:
+            self.delta_cap = DEFAULT_LEDGER_DELTA
+        return self
+
+
+class DatasetsPublic(BaseModel):
+    data: list[DatasetPublic]
+    count: int
+    offset: int
+    limit: int
+
+
+class Lineage(In):
+    run_id: Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"^[^\x00]+$")]
+    step: int | None = Field(default=None, ge=0, le=MAX_BIGINT)
+
+
+class Claimed(In):
+    epsilon: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+    delta: Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)]
+
+
+class ModelCreate(In):
+    """The ``metadata`` part of a model upload."""
+
+    dataset_id: Text = Field(min_length=1, max_length=36)
+    name: Name
+    version: int = Field(default=1, ge=1, le=MAX_INT)
+    mechanism: Mechanism
+    lineage: Lineage | None = None
+    metrics: dict[
+        Annotated[str, StringConstraints(min_length=1, max_length=100, pattern=r"^[^\x00]+$")],
+        float,
+    ] = Field(default_factory=dict, max_length=100)
+    claimed: Claimed | None = None
+    architecture: Architecture | None = Field(
+        default=None,
+        description="the network, in the declared vocabulary; needed for objective 'validation'",
+    )
+
+
+class ModelPublic(BaseModel):
+    id: str
+    dataset_id: str
+    name: str
+    version: int
+    mechanism: dict[str, Any]
+    mechanism_hash: str
+    lineage: Lineage | None
+    lineage_verified: bool = Field(
+        default=False,
+        description="the checkpoint's mechanism was checked step for step against its run's "
+        "other checkpoints at registration; only verified checkpoints count as one run",
+    )
+    signature: dict[str, Any]
+    signature_hash: str
+    sha256: str
+    size_bytes: int
+    metrics: dict[str, float]
+    architecture: dict[str, Any] | None = None
+    claimed: Claimed | None
+    claim_check: str | None = Field(
+        description="understated | consistent | conservative | unverifiable: the claim "
+        "against our bound at the claimed delta"
+    )
+    recomputed_epsilon: float | None = Field(
+        description="our epsilon at the claimed delta (best accountant), rounded up"
+    )
+    created_at: datetime
+    download_url: str
+
+
+class ModelsPublic(BaseModel):
+    data: list[ModelPublic]
+    count: int
+    offset: int
+    limit: int
+
+
+class EpsilonPublic(BaseModel):
+    epsilon: float = Field(description="the smallest epsilon we can prove at delta, rounded up")
+    delta: float
+    accountant: str = Field(description="the accountant asked for: rdp | pld | best")
+    used: str = Field(description="the accountant that gave this epsilon")
+    heuristic: bool = Field(description="true when the bound rests on an approximation")
+    notes: list[str]

@@ -1,0 +1,52 @@
+"""Releases and the ledger."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, Field, StringConstraints
+
+from service.api.schemas.plans import PlanPublic, PlanRequest, PlanWeight
+
+
+class RetargetRequest(PlanRequest):
+    deployment: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = None
+    dtype: Literal["float32", "bfloat16", "float16"] | None = Field(
+        default=None,
+        description="the released file's float tensors in this dtype (accumulation is "
+        "float32 either way; an RS release is the drawn model cast); default: the inputs'",
+    )
+
+
+class ReleasePublic(BaseModel):
+    release_id: str
+    dataset_id: str
+    method: str
+    accountant: str
+    epsilon: float = Field(description="the release's guarantee at delta, rounded up")
+    delta: float
+    bound: str
+    weights: list[PlanWeight]
+    exposed_model_ids: list[str]
+    sha256: str
+    size_bytes: int
+    download_url: str
+    deployment: str | None
+    created_at: datetime
+    plan: PlanPublic
+
+
+class CumulativePublic(BaseModel):
+    epsilon: float
+    delta: float
+    accountant: str = Field(description="pld | rdp (joint release) | release | none")
+
+
+class LedgerPublic(BaseModel):
+    dataset_id: str
+    releases: list[ReleasePublic]
+    exposed_model_ids: list[str]
+    cumulative: CumulativePublic
+    epsilon_cap: float | None
+    delta_cap: float | None
