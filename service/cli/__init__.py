@@ -15,7 +15,6 @@ import sys
 from typing import Annotated
 
 import typer
-from sqlalchemy.exc import DBAPIError
 
 from service import __version__
 from service.cli import output, server
@@ -88,16 +87,22 @@ def main(argv: list[str] | None = None) -> int:
         return int(getattr(exc, "exit_code", output.USAGE))
     except RetargetClientError as exc:
         return output.report_error(exc)
-    except DBAPIError as exc:  # unreachable, unreadable or not a database
-        from service.config import Settings
-
-        reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
-        url = server._redact(Settings().resolved_database_url)
-        print(f"retarget: cannot use the database {url}: {reason}", file=sys.stderr)
-        return output.LOCAL_FAILURE
     except (FileNotFoundError, RetargetError) as exc:  # a local file or database row
         print(f"retarget: {exc}", file=sys.stderr)
         return output.LOCAL_FAILURE
     except BrokenPipeError:  # the reader went away (| head): nothing more to say
         sys.stderr.close()
         return 0
+    except Exception as exc:
+        # an unreachable, unreadable or not-a database (SQLAlchemy is imported only by
+        # the server-side commands, so it is looked at only here)
+        from sqlalchemy.exc import DBAPIError
+
+        if not isinstance(exc, DBAPIError):
+            raise
+        from service.config import Settings
+
+        reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
+        url = server._redact(Settings().resolved_database_url)
+        print(f"retarget: cannot use the database {url}: {reason}", file=sys.stderr)
+        return output.LOCAL_FAILURE

@@ -34,11 +34,8 @@ from rich.table import Table
 from service.client.errors import (
     ApiError,
     ClientError,
-    ConnectionFailed,
     DownloadCorrupt,
     InfeasibleTarget,
-    JobFailed,
-    PendingTimeout,
     RetargetClientError,
 )
 
@@ -149,8 +146,6 @@ def report_error(exc: RetargetClientError) -> int:
             stderr.print(
                 f"  {err.get('field')}: {err.get('message')}", markup=False, highlight=False
             )
-    elif isinstance(exc, ConnectionFailed | PendingTimeout | JobFailed | DownloadCorrupt):
-        stderr.print(f"retarget: {exc}", markup=False, highlight=False)
-    else:
+    else:  # ConnectionFailed, PendingTimeout, JobFailed, DownloadCorrupt
         stderr.print(f"retarget: {exc}", markup=False, highlight=False)
     return exit_code_for(exc)

@@ -20,14 +20,15 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from functools import partial
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
-import numpy as np
 import typer
-from safetensors.numpy import load_file, save_file
 
 from service.client import RetargetClient
 from service.client.transfer import sha256_of
+
+if TYPE_CHECKING:
+    import numpy as np
 
 T = TypeVar("T")
 SHAPES = {"linear.weight": (10, 64), "linear.bias": (10,)}
@@ -84,6 +85,9 @@ def _healthy(url: str) -> bool:
 
 
 def _checkpoint(path: Path, seed: int) -> dict[str, np.ndarray]:
+    import numpy as np
+    from safetensors.numpy import save_file
+
     rng = np.random.default_rng(seed)
     tensors = {k: rng.standard_normal(s).astype(np.float32) for k, s in SHAPES.items()}
     save_file(tensors, str(path))
@@ -105,6 +109,9 @@ def _mechanism(sigma: float) -> dict[str, Any]:
 def _check_merged(
     path: Path, sha256: str, inputs: dict[str, dict[str, np.ndarray]], plan: Any
 ) -> str:
+    import numpy as np
+    from safetensors.numpy import load_file
+
     if sha256_of(path) != sha256:
         raise AssertionError("the downloaded file does not hash to the release's sha256")
     merged = load_file(str(path))

@@ -30,6 +30,7 @@ from service.client.resources import (
 from service.client.transfer import (
     CHUNK,
     Writer,
+    forget_part,
     multipart,
     request_headers,
     unchanged,
@@ -133,9 +134,12 @@ class AsyncRetargetClient:
         finally:
             reader.close()
 
-    async def _fetch(self, fetch: Fetch) -> Download:
+    async def _fetch(self, fetch: Fetch, again: bool = True) -> Download:
         headers, kept = request_headers(fetch)
         async with self._http.stream("GET", fetch.path, headers=headers) as resp:
+            if resp.status_code == 416 and again:  # the .part is no prefix of it: start over
+                forget_part(fetch.target)
+                return await self._fetch(fetch, again=False)
             if resp.status_code == 304:
                 return unchanged(fetch)
             if resp.status_code >= 400:

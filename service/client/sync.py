@@ -38,6 +38,7 @@ from service.client.resources import (
 from service.client.transfer import (
     CHUNK,
     Writer,
+    forget_part,
     multipart,
     request_headers,
     unchanged,
@@ -135,9 +136,12 @@ class RetargetClient:
         finally:
             reader.close()
 
-    def _fetch(self, fetch: Fetch) -> Download:
+    def _fetch(self, fetch: Fetch, again: bool = True) -> Download:
         headers, kept = request_headers(fetch)
         with self._http.stream("GET", fetch.path, headers=headers) as resp:
+            if resp.status_code == 416 and again:  # the .part is no prefix of it: start over
+                forget_part(fetch.target)
+                return self._fetch(fetch, again=False)
             if resp.status_code == 304:
                 return unchanged(fetch)
             if resp.status_code >= 400:

@@ -97,6 +97,12 @@ def request_headers(fetch: Fetch) -> tuple[dict[str, str], int]:
     return headers, kept
 
 
+def forget_part(target: Path) -> None:
+    """Drop what an earlier attempt left (a range the service cannot serve: 416)."""
+    part_of(target).unlink(missing_ok=True)
+    _etag_file(target).unlink(missing_ok=True)
+
+
 def _etag_file(target: Path) -> Path:
     return target.with_name(target.name + ".part.etag")
 

@@ -117,3 +117,23 @@ def test_a_pull_of_the_current_file_sends_its_hash_and_keeps_it(tmp_path: Path) 
     with _client(handler) as rt:
         got = rt.deployments.pull("prod", target)
     assert got.changed is False and got.sha256 == digest
+
+
+def test_a_left_over_part_the_service_cannot_resume_is_downloaded_again(tmp_path: Path) -> None:
+    body = b"y" * 1000
+    digest = hashlib.sha256(body).hexdigest()
+    target = tmp_path / "m.safetensors"
+    (tmp_path / "m.safetensors.part").write_bytes(body)  # complete, never renamed
+    (tmp_path / "m.safetensors.part.etag").write_text(f'"{digest}"')
+    seen = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers.get("Range"))
+        if request.headers.get("Range"):
+            return httpx.Response(416)
+        return httpx.Response(200, content=body, headers={"ETag": f'"{digest}"'})
+
+    with _client(handler) as rt:
+        got = rt.releases.download("r", target)
+    assert seen == ["bytes=1000-", None]
+    assert got.sha256 == digest and sorted(p.name for p in tmp_path.iterdir()) == ["m.safetensors"]
