@@ -46,6 +46,10 @@ EXP_LIMIT = 700.0
 #: Bytes held per grid point while composing (complex FFT buffers and copies).
 BYTES_PER_POINT = 64
 
+#: Most separate compositions a DpEvent's PLD may take (each a convolution of grids up to
+#: the point limit): as many as the groups a dp_sgd PLD composes.
+MAX_PLD_COMPOSITIONS = 64
+
 #: Defaults of the limits (settings ``RETARGET_PROFILE_MAX_PLD_POINTS`` and
 #: ``RETARGET_PROFILE_MAX_RDP_EVALUATIONS``).
 DEFAULT_MAX_PLD_POINTS = 8_000_000
@@ -211,6 +215,11 @@ def _dp_event_refusal(mechanism: DPEvent, limits: CostLimits) -> str | None:
     if can["rdp"]:
         over = exceeds(ProfileCost(ORDERS.shape[0] * leaves, 0.0, 0), limits)
         return over[0] if over else None
+    if leaves > MAX_PLD_COMPOSITIONS:
+        return (
+            f"the tree's PLD would compose {leaves} events, over the limit of "
+            f"{MAX_PLD_COMPOSITIONS}, and no RDP curve exists for this tree"
+        )
     points = dp_event_pld_points(
         mechanism, ORDERS, np.full(ORDERS.shape, np.inf), DEFAULT_DISCRETIZATION
     )

@@ -6,7 +6,8 @@ Mironov 2017, Mironov, Talwar, Zhang 2019) and ``PLDAccountant`` (pessimistic PM
 every delta an upper bound; Koskela et al. 2020, Doroshenko et al. 2022). The RDP
 table gets the usual relative safety margin (``rdp_profile.safe``); orders between
 grid points are bounded by the convexity chord. The PLD is built only when its
-estimated grid is within the cost limits (``cost.dp_event_pld_points``); without it
+estimated grid is within the cost limits (``cost.dp_event_pld_points``) and it composes
+at most ``MAX_PLD_COMPOSITIONS`` separate events (each a convolution); without it
 every query uses the RDP curve (sound, looser). A tree neither accountant composes
 never gets here: its registration is refused.
 
@@ -22,7 +23,13 @@ from typing import Any
 import numpy as np
 
 from service.accounting.conversions import ORDERS
-from service.accounting.cost import CostLimits, ProfileCost, dp_event_pld_points, exceeds
+from service.accounting.cost import (
+    MAX_PLD_COMPOSITIONS,
+    CostLimits,
+    ProfileCost,
+    dp_event_pld_points,
+    exceeds,
+)
 from service.accounting.dp_events import (
     pld_accountant,
     rdp_accountant,
@@ -61,9 +68,14 @@ def dp_event_parts(mech: DPEvent, discretization: float, limits: CostLimits) -> 
     pld = None
     if can["pld"]:
         curve = rdp.epsilons if rdp is not None else np.full(ORDERS.shape, np.inf)
-        leaves = sum(leaf.count for leaf in mech.leaves())
-        cost = ProfileCost(0, dp_event_pld_points(mech, ORDERS, curve, discretization), leaves)
+        compositions = sum(leaf.count for leaf in mech.leaves())
+        cost = ProfileCost(
+            0, dp_event_pld_points(mech, ORDERS, curve, discretization), compositions
+        )
         over = exceeds(cost, limits)
+        leaves = sum(1 for _ in mech.leaves())
+        if leaves > MAX_PLD_COMPOSITIONS:
+            over = [f"{leaves} events to compose, over the limit of {MAX_PLD_COMPOSITIONS}"]
         if over:
             notes.append(f"no PLD: {over[0]}; the RDP curve is used instead (sound, looser)")
         else:

@@ -237,3 +237,15 @@ def test_events_are_built_from_our_own_table() -> None:
     )
     assert type(built).__name__ == "SelfComposedDpEvent"
     assert built.count == 3 and built.event.sampling_probability == 0.5
+
+
+def test_a_tree_of_many_distinct_events_keeps_only_its_rdp_curve() -> None:
+    """Each distinct leaf is one more PLD convolution: past the limit only RDP is kept."""
+    tree = composed(*[times(3, laplace(10.0 + i)) for i in range(70)])
+    profile = compute_profile(parse_mechanism(dp_event(tree)))
+    assert profile.pld is None and any("over the limit" in n for n in profile.notes)
+    pure = sum(3 / (10.0 + i) for i in range(70))
+    assert 0 < profile.epsilon(1e-6) <= pure * (1 + 1e-9)
+    sampled = composed(*[times(3, poisson(0.1, laplace(1.0 + i))) for i in range(70)])
+    reason = refusal(parse_mechanism(dp_event(sampled)), CostLimits())
+    assert reason is not None and "no RDP curve" in reason
