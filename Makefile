@@ -10,7 +10,7 @@ BIN := $(VENV)/bin
 TORCH_INDEX ?= $(shell command -v nvidia-smi >/dev/null 2>&1 || ! curl -fsS --max-time 3 -o /dev/null https://download.pytorch.org/whl/cpu/ 2>/dev/null || echo https://download.pytorch.org/whl/cpu)
 TORCH_PIN := $(shell sed -n 's/^ *"\(torch==[^"]*\)".*/\1/p' pyproject.toml)
 
-.PHONY: install install-runtime serve test lint openapi clean
+.PHONY: install install-runtime serve smoke test lint openapi clean
 
 # runtime only: what `retarget serve`, `worker` and `migrate` need
 $(BIN)/.runtime: pyproject.toml
@@ -31,6 +31,11 @@ install: $(BIN)/.installed
 
 serve: install-runtime
 	$(BIN)/retarget serve
+
+# after an install: a throwaway service, two generated models, plan, release, download,
+# verify, deploy, pull, clean up (`retarget selftest`)
+smoke: install-runtime
+	$(BIN)/retarget selftest
 
 test: install
 	$(BIN)/python -m pytest -q

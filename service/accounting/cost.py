@@ -31,7 +31,10 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from service.accounting.conversions import ORDERS
-from service.accounting.mechanisms import DPSGD, EpsilonDelta, Mechanism, RDPCurve
+from service.accounting.dp_events import supported, unsupported_reason
+from service.accounting.mechanisms import DPSGD, DPEvent, EpsilonDelta, Mechanism, RDPCurve
+from service.accounting.mechanisms.dp_event import GaussianNode, LaplaceNode
+from service.accounting.pld import DEFAULT_DISCRETIZATION
 
 #: Tail mass below which dp_accounting truncates a PLD (and the Chernoff level used).
 TAIL_MASS = 1e-15
@@ -42,6 +45,10 @@ TAIL_Z = 9.0
 EXP_LIMIT = 700.0
 #: Bytes held per grid point while composing (complex FFT buffers and copies).
 BYTES_PER_POINT = 64
+
+#: Most separate compositions a DpEvent's PLD may take (each a convolution of grids up to
+#: the point limit): as many as the groups a dp_sgd PLD composes.
+MAX_PLD_COMPOSITIONS = 64
 
 #: Defaults of the limits (settings ``RETARGET_PROFILE_MAX_PLD_POINTS`` and
 #: ``RETARGET_PROFILE_MAX_RDP_EVALUATIONS``).
@@ -112,12 +119,45 @@ def gaussian_pld_points(
             widths.append((gaussian_step_width(sigma / math.sqrt(count)), 1))
         else:
             widths.append((gaussian_step_width(sigma), count))
+    return _points(widths, orders, rdp, discretization)
+
+
+def _points(
+    widths: list[tuple[float, int]], orders: ArrayLike, rdp: ArrayLike, discretization: float
+) -> float:
+    """Grid points of a composition of steps of loss widths ``w`` (each ``c`` times):
+    at most the sum of the widths, and within the Chernoff tails of the RDP curve."""
     if not widths:
         return 1.0
     linear = sum(w * c for w, c in widths)
     single = max(w for w, _ in widths)
     width = max(single, min(linear, 2.0 * tail_epsilon(orders, rdp)))
     return width / discretization
+
+
+def dp_event_pld_points(
+    mechanism: DPEvent, orders: ArrayLike, rdp: ArrayLike, discretization: float
+) -> float:
+    """Estimated grid points of a DpEvent tree's composed PLD.
+
+    A Gaussian leaf's loss width is that of ``gaussian_pld_points`` (unsampled ones
+    composed in closed form, as dp_accounting does); a Laplace leaf with noise
+    multiplier b has privacy loss within +-1 / b per step. Pass an infinite ``rdp``
+    when no RDP curve is known: the sum of the widths bounds the width then.
+    """
+    if not discretization > 0:
+        raise ValueError(f"discretization must be positive, got {discretization}")
+    widths: list[tuple[float, int]] = []
+    for leaf in mechanism.leaves():
+        if isinstance(leaf.node, GaussianNode):
+            sigma = leaf.node.noise_multiplier
+            if leaf.sampling == "none":
+                widths.append((gaussian_step_width(sigma / math.sqrt(leaf.count)), 1))
+            else:
+                widths.append((gaussian_step_width(sigma), leaf.count))
+        elif isinstance(leaf.node, LaplaceNode):
+            widths.append((2.0 / leaf.node.noise_multiplier, leaf.count))
+    return _points(widths, orders, rdp, discretization)
 
 
 def exceeds(cost: ProfileCost, limits: CostLimits) -> list[str]:
@@ -151,6 +191,8 @@ def refusal(mechanism: Mechanism, limits: CostLimits) -> str | None:
                 "register the model as non_private"
             )
         return None
+    if isinstance(mechanism, DPEvent):
+        return _dp_event_refusal(mechanism, limits)
     distinct = 1
     if isinstance(mechanism, DPSGD):
         segments = mechanism.segments()
@@ -159,3 +201,27 @@ def refusal(mechanism: Mechanism, limits: CostLimits) -> str | None:
         distinct = 0
     over = exceeds(ProfileCost(ORDERS.shape[0] * distinct, 0.0, 0), limits)
     return over[0] if over else None
+
+
+def _dp_event_refusal(mechanism: DPEvent, limits: CostLimits) -> str | None:
+    """A DpEvent tree is refused when neither accountant composes it, and when only the
+    PLD does and its grid is over the limits (there is no RDP curve to fall back on)."""
+    if mechanism.non_private or mechanism.as_dp_sgd() is not None:
+        return None
+    can = supported(mechanism)
+    if not can["rdp"] and not can["pld"]:
+        return unsupported_reason(mechanism)
+    leaves = sum(1 for _ in mechanism.leaves())
+    if can["rdp"]:
+        over = exceeds(ProfileCost(ORDERS.shape[0] * leaves, 0.0, 0), limits)
+        return over[0] if over else None
+    if leaves > MAX_PLD_COMPOSITIONS:
+        return (
+            f"the tree's PLD would compose {leaves} events, over the limit of "
+            f"{MAX_PLD_COMPOSITIONS}, and no RDP curve exists for this tree"
+        )
+    points = dp_event_pld_points(
+        mechanism, ORDERS, np.full(ORDERS.shape, np.inf), DEFAULT_DISCRETIZATION
+    )
+    over = exceeds(ProfileCost(0, points, leaves), limits)
+    return f"{over[0]}, and no RDP curve exists for this tree" if over else None

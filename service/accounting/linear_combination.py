@@ -95,6 +95,13 @@ def lc_input(mechanism: Mechanism) -> LCInput:
         return _gaussian_input(mechanism)
     if isinstance(mechanism, DPSGD):
         return _dp_sgd_input(mechanism)
+    if mechanism.type == "dp_event":
+        return LCInput(
+            released=mechanism,
+            final=None,
+            note="dp_event: a DpEvent names no learning rate or clipping norm, so its last "
+            "update cannot be weighed: accounted as its joint release",
+        )
     return LCInput(
         released=mechanism,
         final=None,

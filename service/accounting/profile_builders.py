@@ -22,9 +22,11 @@ from service.accounting.cost import (
     exceeds,
     gaussian_pld_points,
 )
+from service.accounting.dp_event_profile import dp_event_parts
 from service.accounting.mechanisms import (
     DPSGD,
     BalancedIterationSubsampling,
+    DPEvent,
     EpsilonDelta,
     Gaussian,
     NonPrivate,
@@ -246,6 +248,20 @@ def _non_private(mech: NonPrivate, discretization: float, limits: CostLimits) ->
     }
 
 
+def _dp_event(mech: DPEvent, discretization: float, limits: CostLimits) -> dict[str, Any]:
+    """A recognisably DP-SGD tree is its equivalent dp_sgd record (the same epsilon to the
+    last digit); any other tree goes through dp_accounting's accountants."""
+    equivalent = mech.as_dp_sgd()
+    if equivalent is None:
+        return dp_event_parts(mech, discretization, limits)
+    built = _dp_sgd(equivalent, discretization, limits)
+    built["notes"].append(
+        "a composition of Poisson-subsampled Gaussian steps: accounted as the equivalent "
+        "dp_sgd record"
+    )
+    return built
+
+
 BUILDERS: dict[str, Callable[[Any, float, CostLimits], dict[str, Any]]] = {
     "gaussian": _gaussian,
     "dp_sgd": _dp_sgd,
@@ -253,4 +269,5 @@ BUILDERS: dict[str, Callable[[Any, float, CostLimits], dict[str, Any]]] = {
     "rdp_curve": _rdp_curve,
     "epsilon_delta": _epsilon_delta,
     "non_private": _non_private,
+    "dp_event": _dp_event,
 }

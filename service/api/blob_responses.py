@@ -13,7 +13,7 @@ SAFETENSORS = "application/octet-stream"
 #: OpenAPI responses of every endpoint that serves a blob (404 added by the route).
 WEIGHTS_RESPONSES: dict[int | str, dict[str, object]] = {
     200: {"content": {SAFETENSORS: {}}, "description": "safetensors bytes"},
-    206: {"description": "the requested byte range"},
+    206: {"content": {SAFETENSORS: {}}, "description": "the requested byte range"},
     304: {"description": "Not modified"},
 }
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Annotated, Any
 
-from fastapi import Depends, Request
+from fastapi import Depends, Query, Request
 from sqlalchemy.orm import Session
 
 from service.api.context import AppContext, Principal
@@ -50,6 +50,11 @@ def get_jobs(ctx: ContextDep) -> Jobs:
 
 
 JobsDep = Annotated[Jobs, Depends(get_jobs)]
+
+#: Every list endpoint pages the same way: ``?offset=&limit=`` in, and
+#: ``{data, count, offset, limit}`` out (``count``: all the rows there are).
+Offset = Annotated[int, Query(ge=0, le=10**9)]
+Limit = Annotated[int, Query(ge=1, le=500)]
 
 
 def _principal(request: Request, ctx: AppContext) -> Principal:

@@ -5,12 +5,15 @@ test split; what LC weights prove under the other accountant; one run's checkpoi
 from __future__ import annotations
 
 import math
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 from safetensors.torch import load as load_safetensors
 
-from service.demo.client import ApiError, Client
+from service.client import RetargetClient as Client
+from service.client.errors import ApiError
 from service.demo.data import Digits, Split
 from service.demo.results import DemoOptions, DemoResult, Progress, Row
 from service.demo.train import accuracy, build
@@ -20,6 +23,13 @@ def test_accuracy_of(family: str, weights: bytes, test: Split) -> float:
     model = build(family)
     model.load_state_dict(load_safetensors(weights))
     return accuracy(model, test)
+
+
+def fetch(api: Client, release_id: str) -> bytes:
+    """A release's bytes (downloaded to a temporary file and checked against its sha256)."""
+    with tempfile.TemporaryDirectory(prefix="retarget-demo-") as folder:
+        got = api.releases.download(release_id, Path(folder) / "release.safetensors")
+        return got.path.read_bytes()
 
 
 def release_and_score(
@@ -36,7 +46,7 @@ def release_and_score(
     method, acc, target = request["method"], request["accountant"], request["epsilon"]
     t0 = time.perf_counter()
     try:
-        release = api.json("POST", "/v1/retarget", request)
+        release = api.releases.create(**request).model_dump()
     except ApiError as exc:
         result.infeasible.append(
             {
@@ -53,7 +63,7 @@ def release_and_score(
         progress(f"  {method}/{acc} at {target:g}: {exc.status} {exc.problem.get('detail')}")
         return None
     weights = {w["model_id"]: w["weight"] for w in release["weights"]}
-    blob = api.download(release["download_url"])
+    blob = fetch(api, release["release_id"])
     test_acc = test_accuracy_of(family, blob, data.test)
     expected = (
         sum(w * by_id[m]["test_accuracy"] for m, w in weights.items()) if method == "rs" else None
@@ -84,18 +94,14 @@ def release_and_score(
 
 def other_accountant(api: Client, request: dict[str, Any], row: Row) -> float | None:
     """What the same LC weights prove under the other accountant."""
-    g = api.json(
-        "POST",
-        "/v1/plans/guarantee",
-        {
-            "dataset_id": request["dataset_id"],
-            "delta": request["delta"],
-            "method": "lc",
-            "accountant": "pld" if row.accountant == "rdp" else "rdp",
-            "weights": [{"model_id": m, "weight": w} for m, w in row.weights.items()],
-        },
+    g = api.plans.guarantee(
+        request["dataset_id"],
+        request["delta"],
+        "lc",
+        row.weights,
+        accountant="pld" if row.accountant == "rdp" else "rdp",
     )
-    return g["epsilon"]
+    return g.epsilon
 
 
 def checkpoint_run(
@@ -110,16 +116,16 @@ def checkpoint_run(
     run = ids["checkpoints"]
     eps = [m["epsilon_pld"] for m in run]
     target = float(f"{(min(eps) + max(eps)) / 2:.3g}")
-    request = {
+    request: dict[str, Any] = {
         "dataset_id": dataset_id,
         "epsilon": target,
         "delta": options.delta,
         "accountant": "best",
         "model_ids": [m["id"] for m in run],
     }
-    rs_plan = api.json("POST", "/v1/plans", {**request, "method": "rs"})
+    rs_plan = api.plans.create(**{**request, "method": "rs"}).model_dump()
     try:
-        api.json("POST", "/v1/plans", {**request, "method": "lc"})
+        api.plans.create(**{**request, "method": "lc"})
         lc_refusal = None
     except ApiError as exc:
         lc_refusal = {"status": exc.status, "detail": exc.problem.get("detail")}
@@ -141,17 +147,15 @@ def checkpoint_run(
     # where averaging is proven free: the average of one run's checkpoints is a
     # post-processing of the run up to its latest checkpoint, so it costs exactly that
     latest = max(run, key=lambda m: m["steps"])
-    release = api.json(
-        "POST",
-        "/v1/retarget",
-        {
+    release = api.releases.create(
+        **{
             **request,
             "epsilon": ceil_3(latest["epsilon_pld"]),
             "method": "checkpoint_average",
             "last_k": len(run),
-        },
-    )
-    blob = api.download(release["download_url"])
+        }
+    ).model_dump()
+    blob = fetch(api, release["release_id"])
     average = {
         "epsilon": release["epsilon"],
         "accountant": release["accountant"],

@@ -19,7 +19,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 import socket
@@ -31,7 +30,7 @@ from typing import Any
 import numpy as np
 from safetensors.torch import save
 
-from service.demo.client import Client
+from service.client import RetargetClient as Client
 from service.demo.data import Digits, Split, load_digits_splits
 from service.demo.releasing import (
     check_claims,
@@ -113,12 +112,10 @@ def run_demo(options: DemoOptions, progress: Progress = print) -> DemoResult:
     with LocalService(service_dir) as service:
         progress(f"service on {service.url} (SQLite and blobs in {service_dir})")
         api = Client(service.url, service.key)
-        dataset = api.json(
-            "POST",
-            "/v1/datasets",
-            {"name": "digits", "metric": "val_accuracy", "description": "sklearn digits"},
-        )
-        api.put_bytes(f"/v1/datasets/{dataset['id']}/validation", split_bytes(data.validation))
+        dataset = api.datasets.create(
+            "digits", metric="val_accuracy", description="sklearn digits"
+        ).model_dump()
+        api.datasets.set_validation(dataset["id"], split_bytes(data.validation))
         ids = _register(api, dataset["id"], trained, options, progress, result)
         for family in options.families:
             _frontier(api, dataset["id"], family, ids, data, options, progress, result)
@@ -220,18 +217,18 @@ def _register(
     done = 0
     for group, models in trained.items():
         for m in models:
-            meta = {**m.metadata, "dataset_id": dataset_id}
-            created = api.upload(
-                "/v1/models",
-                {"weights": (m.path.name, m.path.read_bytes())},
-                {"metadata": json.dumps(meta)},
-            )
-            eps = api.json(
-                "GET", f"/v1/models/{created['id']}/epsilon?delta={options.delta}&accountant=rdp"
-            )["epsilon"]
-            eps_pld = api.json(
-                "GET", f"/v1/models/{created['id']}/epsilon?delta={options.delta}&accountant=pld"
-            )["epsilon"]
+            meta = dict(m.metadata)  # lineage, metrics, architecture: passed through
+            created = api.models.register(
+                m.path,
+                dataset_id=dataset_id,
+                name=meta.pop("name"),
+                mechanism=meta.pop("mechanism"),
+                extra=meta,
+            ).model_dump()
+            eps = api.models.epsilon(created["id"], delta=options.delta, accountant="rdp").epsilon
+            eps_pld = api.models.epsilon(
+                created["id"], delta=options.delta, accountant="pld"
+            ).epsilon
             done += 1
             progress(
                 f"  registered [{done}/{count}] {m.name}: epsilon {eps_pld:.3f} (PLD), "

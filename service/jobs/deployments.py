@@ -14,7 +14,7 @@ import urllib.request
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.accounting.planning import PlanRequestSpec
@@ -37,8 +37,15 @@ def get_deployment(*, session: Session, name: str) -> Deployment:
     return row
 
 
-def list_deployments(*, session: Session) -> list[Deployment]:
-    return list(session.scalars(select(Deployment).order_by(Deployment.created_at)))
+def list_deployments(
+    *, session: Session, offset: int = 0, limit: int | None = None
+) -> list[Deployment]:
+    query = select(Deployment).order_by(Deployment.created_at, Deployment.id).offset(offset)
+    return list(session.scalars(query.limit(limit) if limit is not None else query))
+
+
+def count_deployments(*, session: Session) -> int:
+    return session.scalar(select(func.count()).select_from(Deployment)) or 0
 
 
 def events(*, session: Session, deployment_id: str, limit: int = 100) -> list[DeploymentEvent]:

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from service.errors import InvalidInput, NotFound
 from service.registry.models import ApiKey
 
-__all__ = ["SCOPES", "ApiKey", "create_key", "find_key", "list_keys", "revoke_key"]
+__all__ = ["SCOPES", "ApiKey", "count_keys", "create_key", "find_key", "list_keys", "revoke_key"]
 
 SCOPES = ("admin", "publish", "release", "read")
 
@@ -47,8 +47,13 @@ def find_key(*, session: Session, key: str) -> ApiKey | None:
     return row
 
 
-def list_keys(*, session: Session) -> list[ApiKey]:
-    return list(session.scalars(select(ApiKey).order_by(ApiKey.created_at)))
+def list_keys(*, session: Session, offset: int = 0, limit: int | None = None) -> list[ApiKey]:
+    query = select(ApiKey).order_by(ApiKey.created_at, ApiKey.id).offset(offset)
+    return list(session.scalars(query.limit(limit) if limit is not None else query))
+
+
+def count_keys(*, session: Session) -> int:
+    return session.scalar(select(func.count()).select_from(ApiKey)) or 0
 
 
 def revoke_key(*, session: Session, key_id: str) -> ApiKey:

@@ -33,3 +33,26 @@ def server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+
+
+@pytest.fixture(scope="module")
+def live_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    """One `retarget serve` shared by a module's tests: (base URL, admin key)."""
+    folder = tmp_path_factory.mktemp("live")
+    port = free_port()
+    env = service_env(RETARGET_DATA_DIR=str(folder / "data"))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "service.cli", "serve", "--port", str(port)],
+        env=env,
+        cwd=folder,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        if not wait_healthy(base, 120, alive=lambda: proc.poll() is None):
+            pytest.fail("server did not start")
+        yield base, (folder / "data" / "admin-key").read_text().strip()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)

@@ -62,7 +62,7 @@ def test_keys_are_shown_once_stored_hashed_and_revocable(
     created = client.post("/v1/keys", json={"name": "serving", "scopes": ["read"]})
     assert created.status_code == 201
     key = created.json()["key"]
-    listing = client.get("/v1/keys").json()
+    listing = client.get("/v1/keys").json()["data"]
     assert all("key" not in k for k in listing)
     assert any(k["id"] == created.json()["id"] and k["prefix"] == key[:10] for k in listing)
     with backend.session_factory() as session:

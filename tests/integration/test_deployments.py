@@ -269,7 +269,7 @@ def test_a_callback_needs_a_signing_secret(app_client: TestClient) -> None:
         },
     )
     assert resp.status_code == 422 and "RETARGET_CALLBACK_SECRET" in resp.json()["detail"]
-    assert app_client.get("/v1/deployments").json() == []
+    assert app_client.get("/v1/deployments").json()["data"] == []
 
 
 def test_unknown_deployments_are_404(app_client: TestClient) -> None:

@@ -21,6 +21,7 @@ from typing import Annotated, Any
 
 from pydantic import Field, TypeAdapter, ValidationError
 
+from service.accounting.mechanisms.dp_event import NODE_KINDS, DPEvent
 from service.accounting.mechanisms.dp_sgd import DPSGD, ParamGroup, PerStep, Segment
 from service.accounting.mechanisms.others import (
     BalancedIterationSubsampling,
@@ -31,7 +32,13 @@ from service.accounting.mechanisms.others import (
 )
 
 Mechanism = Annotated[
-    Gaussian | DPSGD | BalancedIterationSubsampling | RDPCurve | EpsilonDelta | NonPrivate,
+    Gaussian
+    | DPSGD
+    | BalancedIterationSubsampling
+    | RDPCurve
+    | EpsilonDelta
+    | NonPrivate
+    | DPEvent,
     Field(discriminator="type"),
 ]
 
@@ -42,6 +49,7 @@ MECHANISM_TYPES: tuple[str, ...] = (
     "rdp_curve",
     "epsilon_delta",
     "non_private",
+    "dp_event",
 )
 
 _ADAPTER: TypeAdapter[Any] = TypeAdapter(Mechanism)
@@ -73,12 +81,13 @@ def mechanism_hash(mechanism: Mechanism) -> str:
 def error_messages(exc: ValidationError, prefix: str = "") -> list[dict[str, Any]]:
     """A pydantic error as ``[{field, message}]`` with dotted field paths.
 
-    The union's tags (``dp_sgd`` in ``dp_sgd.steps``) are dropped from the path and
-    ``prefix`` put in front: ``mechanism.steps``.
+    The unions' tags (``dp_sgd`` in ``dp_sgd.steps``, a DpEvent node's ``kind``) are
+    dropped from the path and ``prefix`` put in front: ``mechanism.steps``.
     """
+    tags = {*MECHANISM_TYPES, *NODE_KINDS}
     out = []
     for err in exc.errors(include_url=False, include_context=False, include_input=False):
-        loc = [str(p) for p in err["loc"] if p not in MECHANISM_TYPES]
+        loc = [str(p) for p in err["loc"] if p not in tags]
         field = ".".join([prefix, *loc] if prefix else loc) or prefix
         out.append({"field": field, "message": err["msg"]})
     return out
@@ -87,7 +96,9 @@ def error_messages(exc: ValidationError, prefix: str = "") -> list[dict[str, Any
 __all__ = [
     "DPSGD",
     "MECHANISM_TYPES",
+    "NODE_KINDS",
     "BalancedIterationSubsampling",
+    "DPEvent",
     "EpsilonDelta",
     "Gaussian",
     "Mechanism",

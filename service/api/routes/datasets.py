@@ -1,12 +1,11 @@
 from __future__ import annotations
 
 import tempfile
-from typing import Annotated
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 
-from service.api.deps import ContextDep, SessionDep, require
+from service.api.deps import ContextDep, Limit, Offset, SessionDep, require
 from service.api.schemas import DatasetCreate, DatasetPublic, DatasetsPublic, Problem
 from service.formats.streams import iter_file
 from service.merging.validation import read_split
@@ -15,12 +14,10 @@ from service.registry.db import session_scope
 
 router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
 
-Offset = Annotated[int, Query(ge=0, le=10**9)]
-Limit = Annotated[int, Query(ge=1, le=500)]
-
 
 @router.post(
     "",
+    operation_id="datasets_create",
     dependencies=[require("publish")],
     status_code=201,
     response_model=DatasetPublic,
@@ -32,7 +29,9 @@ def create_dataset(body: DatasetCreate, session: SessionDep) -> DatasetPublic:
     return DatasetPublic.model_validate(dataset)
 
 
-@router.get("", dependencies=[require("read")], response_model=DatasetsPublic)
+@router.get(
+    "", dependencies=[require("read")], response_model=DatasetsPublic, operation_id="datasets_list"
+)
 def list_datasets(session: SessionDep, offset: Offset = 0, limit: Limit = 50) -> DatasetsPublic:
     rows, total = repository.list_datasets(session=session, offset=offset, limit=limit)
     return DatasetsPublic(
@@ -45,6 +44,7 @@ def list_datasets(session: SessionDep, offset: Offset = 0, limit: Limit = 50) ->
 
 @router.get(
     "/{dataset_id}",
+    operation_id="datasets_get",
     dependencies=[require("read")],
     response_model=DatasetPublic,
     responses={404: {"model": Problem}},
@@ -74,6 +74,7 @@ _SPLIT_BODY = {
 
 @router.put(
     "/{dataset_id}/validation",
+    operation_id="datasets_set_validation",
     dependencies=[require("publish")],
     response_model=DatasetPublic,
     openapi_extra=_SPLIT_BODY,

@@ -5,11 +5,12 @@ from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.orm import Session
 
 from service.api.blob_responses import WEIGHTS_RESPONSES, blob_response
-from service.api.deps import BlobsDep, ContextDep, SessionDep, require
+from service.api.deps import BlobsDep, ContextDep, Limit, Offset, SessionDep, require
 from service.api.schemas import (
     DeploymentCreate,
     DeploymentEventPublic,
     DeploymentPublic,
+    DeploymentsPublic,
     PolicyUpdate,
     Problem,
 )
@@ -53,6 +54,7 @@ def deployment_public(session: Session, dep: Deployment) -> DeploymentPublic:
 
 @router.post(
     "",
+    operation_id="deployments_create",
     dependencies=[require("release")],
     status_code=201,
     response_model=DeploymentPublic,
@@ -88,13 +90,27 @@ async def create_deployment(body: DeploymentCreate, ctx: ContextDep) -> Deployme
     return await run_in_threadpool(run)
 
 
-@router.get("", dependencies=[require("read")], response_model=list[DeploymentPublic])
-def list_deployments(session: SessionDep) -> list[DeploymentPublic]:
-    return [deployment_public(session, d) for d in service.list_deployments(session=session)]
+@router.get(
+    "",
+    dependencies=[require("read")],
+    response_model=DeploymentsPublic,
+    operation_id="deployments_list",
+)
+def list_deployments(
+    session: SessionDep, offset: Offset = 0, limit: Limit = 50
+) -> DeploymentsPublic:
+    rows = service.list_deployments(session=session, offset=offset, limit=limit)
+    return DeploymentsPublic(
+        data=[deployment_public(session, d) for d in rows],
+        count=service.count_deployments(session=session),
+        offset=offset,
+        limit=limit,
+    )
 
 
 @router.get(
     "/{name}",
+    operation_id="deployments_get",
     dependencies=[require("read")],
     response_model=DeploymentPublic,
     responses={404: {"model": Problem}},
@@ -105,6 +121,7 @@ def get_deployment(name: str, session: SessionDep) -> DeploymentPublic:
 
 @router.put(
     "/{name}/policy",
+    operation_id="deployments_set_policy",
     dependencies=[require("release")],
     response_model=DeploymentPublic,
     responses={404: {"model": Problem}, 409: {"model": Problem}, 422: {"model": Problem}},
@@ -139,6 +156,7 @@ async def change_policy(name: str, body: PolicyUpdate, ctx: ContextDep) -> Deplo
 
 @router.get(
     "/{name}/model",
+    operation_id="deployments_pull",
     dependencies=[require("read")],
     response_class=Response,
     responses={**WEIGHTS_RESPONSES, 404: {"model": Problem}},

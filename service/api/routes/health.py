@@ -12,13 +12,17 @@ from service.api.deps import ContextDep
 router = APIRouter(tags=["operations"])
 
 
-@router.get("/healthz")
+@router.get("/healthz", operation_id="operations_health")
 def healthz() -> dict[str, str]:
     """The process is up."""
     return {"status": "ok"}
 
 
-@router.get("/readyz", responses={503: {"description": "a dependency is unreachable"}})
+@router.get(
+    "/readyz",
+    responses={503: {"description": "a dependency is unreachable"}},
+    operation_id="operations_ready",
+)
 def readyz(ctx: ContextDep) -> JSONResponse:
     """The database, the blob store and the profile cache (Redis, when configured) are
     reachable, and with Redis a worker is alive to compute queued jobs."""
@@ -41,7 +45,7 @@ def readyz(ctx: ContextDep) -> JSONResponse:
     )
 
 
-@router.get("/metrics", response_class=PlainTextResponse)
+@router.get("/metrics", response_class=PlainTextResponse, operation_id="operations_metrics")
 def metrics(request: Request) -> PlainTextResponse:
     """Prometheus text format: job and profile-cache counters, queue sizes."""
     return PlainTextResponse(

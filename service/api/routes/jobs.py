@@ -47,6 +47,7 @@ def pending_response(jobs: list[JobInfo]) -> JSONResponse:
 
 @router.get(
     "/{job_id}",
+    operation_id="jobs_get",
     dependencies=[require("read")],
     response_model=JobPublic,
     responses={404: {"model": Problem}},

@@ -18,7 +18,16 @@ from service.accounting.cost import refusal
 from service.accounting.mechanisms import error_messages, parse_mechanism
 from service.accounting.profiles import ACCOUNTANTS
 from service.api.blob_responses import WEIGHTS_RESPONSES, blob_response
-from service.api.deps import AppContext, BlobsDep, ContextDep, JobsDep, SessionDep, require
+from service.api.deps import (
+    AppContext,
+    BlobsDep,
+    ContextDep,
+    JobsDep,
+    Limit,
+    Offset,
+    SessionDep,
+    require,
+)
 from service.api.routes.jobs import job_or_queued, pending_response
 from service.api.routes.plans import RECENT as RECENT_PLANS
 from service.api.schemas import (
@@ -174,6 +183,7 @@ def _register(ctx: AppContext, meta: ModelCreate, weights: IO[bytes]) -> ModelPu
 
 @router.post(
     "",
+    operation_id="models_register",
     dependencies=[require("publish")],
     status_code=201,
     response_model=ModelPublic,
@@ -224,11 +234,9 @@ async def create_model(request: Request, ctx: ContextDep) -> ModelPublic:
         await form.close()
 
 
-Offset = Annotated[int, Query(ge=0, le=10**9)]
-Limit = Annotated[int, Query(ge=1, le=500)]
-
-
-@router.get("", dependencies=[require("read")], response_model=ModelsPublic)
+@router.get(
+    "", dependencies=[require("read")], response_model=ModelsPublic, operation_id="models_list"
+)
 def list_models(
     session: SessionDep,
     dataset_id: Annotated[str | None, Query(max_length=36)] = None,
@@ -243,6 +251,7 @@ def list_models(
 
 @router.get(
     "/{model_id}",
+    operation_id="models_get",
     dependencies=[require("read")],
     response_model=ModelPublic,
     responses={404: {"model": Problem}},
@@ -253,6 +262,7 @@ def get_model(model_id: str, session: SessionDep) -> ModelPublic:
 
 @router.get(
     "/{model_id}/weights",
+    operation_id="models_download",
     dependencies=[require("read")],
     response_class=Response,
     responses={**WEIGHTS_RESPONSES, 404: {"model": Problem}},
@@ -271,6 +281,7 @@ AccountantQuery = Annotated[Literal["rdp", "pld", "best"], Query()]
 
 @router.get(
     "/{model_id}/epsilon",
+    operation_id="models_epsilon",
     dependencies=[require("read")],
     response_model=EpsilonPublic,
     responses={

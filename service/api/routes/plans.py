@@ -122,6 +122,7 @@ def spec_from(body: PlanRequest) -> PlanRequestSpec:
 
 @router.post(
     "",
+    operation_id="plans_create",
     dependencies=[require("read")],
     response_model=PlanPublic,
     responses={
@@ -201,6 +202,7 @@ def plan_job_response(job: JobInfo) -> JSONResponse:
 
 @router.post(
     "/guarantee",
+    operation_id="plans_guarantee",
     dependencies=[require("read")],
     response_model=GuaranteePublic,
     responses={

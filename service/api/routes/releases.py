@@ -54,6 +54,7 @@ def release_public(release: Release) -> ReleasePublic:
 
 @router.post(
     "/v1/retarget",
+    operation_id="releases_create",
     dependencies=[require("release")],
     response_model=ReleasePublic,
     status_code=201,
@@ -112,6 +113,7 @@ async def retarget(body: RetargetRequest, request: Request, ctx: ContextDep) -> 
 
 @router.get(
     "/v1/releases/{release_id}",
+    operation_id="releases_get",
     dependencies=[require("read")],
     response_model=ReleasePublic,
     responses={404: {"model": Problem}},
@@ -122,6 +124,7 @@ def get_release(release_id: str, session: SessionDep) -> ReleasePublic:
 
 @router.get(
     "/v1/releases/{release_id}/weights",
+    operation_id="releases_download",
     dependencies=[require("read")],
     response_class=Response,
     responses={**WEIGHTS_RESPONSES, 404: {"model": Problem}},
@@ -136,6 +139,7 @@ def get_release_weights(
 
 @router.get(
     "/v1/datasets/{dataset_id}/ledger",
+    operation_id="releases_ledger",
     dependencies=[require("read")],
     response_model=LedgerPublic,
     responses={202: {"model": PendingPublic}, 404: {"model": Problem}},

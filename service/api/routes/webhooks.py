@@ -23,6 +23,7 @@ MAX_BODY = 64 * 1024
 
 @router.post(
     "/policy-change",
+    operation_id="webhooks_policy_change",
     status_code=202,
     response_model=WebhookAccepted,
     responses={401: {"model": Problem}, 422: {"model": Problem}},

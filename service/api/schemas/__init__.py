@@ -5,11 +5,12 @@ from service.api.schemas.deployments import (
     DeploymentCreate,
     DeploymentEventPublic,
     DeploymentPublic,
+    DeploymentsPublic,
     PolicyChangeWebhook,
     PolicyUpdate,
     WebhookAccepted,
 )
-from service.api.schemas.keys import KeyCreate, KeyCreated, KeyPublic
+from service.api.schemas.keys import KeyCreate, KeyCreated, KeyPublic, KeysPublic
 from service.api.schemas.plans import (
     GuaranteePublic,
     GuaranteeRequest,
@@ -50,6 +51,7 @@ __all__ = [
     "DeploymentCreate",
     "DeploymentEventPublic",
     "DeploymentPublic",
+    "DeploymentsPublic",
     "Epsilon",
     "EpsilonPublic",
     "GuaranteePublic",
@@ -60,6 +62,7 @@ __all__ = [
     "KeyCreate",
     "KeyCreated",
     "KeyPublic",
+    "KeysPublic",
     "LedgerPublic",
     "Lineage",
     "ModelCreate",

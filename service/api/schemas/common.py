@@ -29,11 +29,24 @@ class In(BaseModel):
 
 
 class Problem(BaseModel):
-    """RFC 9457 problem details."""
+    """RFC 9457 problem details. ``type`` is ``urn:retarget:problem:<slug>``; problems
+    may carry more members than these (RFC 9457, section 3.2)."""
 
-    type: str
+    model_config = ConfigDict(extra="allow")
+
+    type: str = Field(examples=["urn:retarget:problem:infeasible-target"])
     title: str
     status: int
     detail: str
     instance: str | None = None
-    errors: list[dict[str, Any]] | None = None
+    errors: list[dict[str, Any]] | None = Field(
+        default=None, description="validation errors: [{field, message}]"
+    )
+    min_epsilon: float | None = Field(
+        default=None,
+        description="infeasible-target: the smallest epsilon reachable at the requested "
+        "delta, rounded up (asking for it succeeds); null when none is finite",
+    )
+    job_ids: list[str] | None = Field(
+        default=None, description="profiles-pending / profile-failed: the jobs concerned"
+    )

@@ -62,6 +62,13 @@ class DeploymentPublic(BaseModel):
     history: list[DeploymentEventPublic]
 
 
+class DeploymentsPublic(BaseModel):
+    data: list[DeploymentPublic]
+    count: int
+    offset: int
+    limit: int
+
+
 class WebhookAccepted(BaseModel):
     delivery: str
     deployment: str

@@ -24,5 +24,12 @@ class KeyPublic(BaseModel):
     revoked_at: datetime | None
 
 
+class KeysPublic(BaseModel):
+    data: list[KeyPublic]
+    count: int
+    offset: int
+    limit: int
+
+
 class KeyCreated(KeyPublic):
     key: str = Field(description="the API key; shown this once, stored only hashed")

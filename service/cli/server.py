@@ -1,15 +1,15 @@
-"""`retarget serve | worker | keys create | migrate | demo | openapi`."""
+"""The commands that run the service where it is: `retarget serve | worker | migrate |
+demo | openapi`, and the local `keys` (written straight into the service's database)."""
 
 from __future__ import annotations
 
-import argparse
 import json
-import logging
 import os
 import sys
 from pathlib import Path
+from typing import Annotated
 
-from sqlalchemy.exc import DBAPIError
+import typer
 
 from service.config import Settings
 
@@ -23,39 +23,48 @@ def _migrate(settings: Settings) -> None:
     upgrade(url=settings.resolved_database_url)
 
 
-def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
+def cmd_migrate() -> int:
+    """Bring the database schema to the newest revision (idempotent)."""
+    settings = Settings()
     _migrate(settings)
     print(f"schema is at the newest revision ({_redact(settings.resolved_database_url)})")
     return 0
 
 
-def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
+def cmd_serve(
+    host: Annotated[str | None, typer.Option(help="default RETARGET_HOST")] = None,
+    port: Annotated[int | None, typer.Option(help="default RETARGET_PORT")] = None,
+    log_level: Annotated[str, typer.Option("--log-level")] = "info",
+    workers: Annotated[int, typer.Option(help="API processes (each reads the RETARGET_* env)")] = 1,
+) -> int:
+    """Run the HTTP API (migrates first unless RETARGET_AUTO_MIGRATE=false)."""
     import uvicorn
 
+    settings = Settings()
     from service.api.app import create_app
 
     if settings.auto_migrate:
         _migrate(settings)
     if settings.auth:
         _bootstrap_admin_key(settings)
-    host = args.host or settings.host
-    port = args.port or settings.port
+    host = host or settings.host
+    port = port or settings.port
     print(
         f"Retarget on http://{host}:{port}  database={_redact(settings.resolved_database_url)}  "
         f"blobs={settings.resolved_blob_dir}",
         flush=True,
     )
-    if args.workers > 1:  # processes import the app and read the same environment
+    if workers > 1:  # processes import the app and read the same environment
         uvicorn.run(
             "service.api.app:create_app",
             factory=True,
             host=host,
             port=port,
-            workers=args.workers,
-            log_level=args.log_level,
+            workers=workers,
+            log_level=log_level,
         )
     else:
-        uvicorn.run(create_app(settings), host=host, port=port, log_level=args.log_level)
+        uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level)
     return 0
 
 
@@ -80,15 +89,16 @@ def _bootstrap_admin_key(settings: Settings) -> None:
         print(f"(also written to {path}, readable by you only)", flush=True)
 
 
-def cmd_keys_create(args: argparse.Namespace, settings: Settings) -> int:
+def local_keys_create(scopes: list[str], name: str, create: bool) -> int:
     """Create a key in the service's database; the key alone goes to stdout (once), after
     it is committed, so `retarget keys create ... | head -1` never prints a lost key."""
     from service.registry import keys
     from service.registry.db import make_engine, make_sessionmaker, session_scope
 
+    settings = Settings()
     url = settings.resolved_database_url
     missing = _missing_sqlite_file(url)
-    if missing is not None and not args.create and not _data_place_given():
+    if missing is not None and not create and not _data_place_given():
         print(
             f"retarget: no database at {missing}. Run this where the service keeps its data "
             "(the folder holding retarget-data), set RETARGET_DATA_DIR or "
@@ -101,11 +111,11 @@ def cmd_keys_create(args: argparse.Namespace, settings: Settings) -> int:
     engine = make_engine(url)
     try:
         with session_scope(make_sessionmaker(engine)) as session:
-            row, key = keys.create_key(session=session, name=args.name, scopes=args.scope)
-            key_id, scopes = row.id, ", ".join(row.scopes)
+            row, key = keys.create_key(session=session, name=name, scopes=scopes)
+            key_id, shown = row.id, ", ".join(row.scopes)
     finally:
         engine.dispose()
-    print(f"key {key_id} ({scopes}; shown once) in {_redact(url)}:", file=sys.stderr, flush=True)
+    print(f"key {key_id} ({shown}; shown once) in {_redact(url)}:", file=sys.stderr, flush=True)
     print(key, flush=True)
     return 0
 
@@ -125,9 +135,14 @@ def _data_place_given() -> bool:
     return any(os.environ.get(v) for v in ("RETARGET_DATA_DIR", "RETARGET_DATABASE_URL"))
 
 
-def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
+def cmd_worker(
+    burst: Annotated[bool, typer.Option(help="exit when the queue is empty")] = False,
+    name: Annotated[str | None, typer.Option(help="worker name (default: host and pid)")] = None,
+) -> int:
+    """Run an accounting worker (needs RETARGET_REDIS_URL)."""
     from service.jobs.worker import run_worker
 
+    settings = Settings()
     if settings.auto_migrate:
         _migrate(settings)
     print(
@@ -135,17 +150,23 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
         f"database={_redact(settings.resolved_database_url)}",
         flush=True,
     )
-    run_worker(settings, burst=args.burst, name=args.name)
+    run_worker(settings, burst=burst, name=name)
     return 0
 
 
-def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
+def cmd_demo(
+    out: Annotated[str, typer.Option(help="folder for models and report")] = "retarget-demo",
+    quick: Annotated[
+        bool, typer.Option(help="tiny settings: one family, 2 epochs (about 30 s)")
+    ] = False,
+) -> int:
+    """Train DP models on digits, retarget them through the API, write a report."""
     try:
         from service.demo.run import main as demo_main
     except ImportError as exc:  # opacus / scikit-learn are the 'demo' extra
         print(f"the demo needs the 'demo' extra: pip install -e '.[demo]' ({exc})")
         return 2
-    return demo_main(Path(args.out), quick=args.quick)
+    return demo_main(Path(out), quick=quick)
 
 
 def openapi_document() -> dict[str, object]:
@@ -158,12 +179,17 @@ def render_openapi() -> str:
     return json.dumps(openapi_document(), indent=2, sort_keys=True) + "\n"
 
 
-def cmd_openapi(args: argparse.Namespace, settings: Settings) -> int:
+def cmd_openapi(
+    output: Annotated[
+        str, typer.Option("--output", "-o", help="file to write, - for stdout")
+    ] = str(DEFAULT_OPENAPI),
+) -> int:
+    """Write the OpenAPI document (a test fails when the committed one is stale)."""
     text = render_openapi()
-    if args.output == "-":
+    if output == "-":
         sys.stdout.write(text)
     else:
-        out = Path(args.output)
+        out = Path(output)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text)
         print(f"wrote {out}")
@@ -176,81 +202,44 @@ def _redact(url: str) -> str:
     return make_url(url).render_as_string(hide_password=True)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="retarget", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    serve = sub.add_parser("serve", help="run the HTTP API (migrates first unless disabled)")
-    serve.add_argument("--host", default=None)
-    serve.add_argument("--port", type=int, default=None)
-    serve.add_argument("--log-level", default="info")
-    serve.add_argument(
-        "--workers", type=int, default=1, help="API processes (each reads the RETARGET_* env)"
-    )
-    serve.set_defaults(func=cmd_serve)
-
-    worker = sub.add_parser("worker", help="run an accounting worker (needs RETARGET_REDIS_URL)")
-    worker.add_argument("--burst", action="store_true", help="exit when the queue is empty")
-    worker.add_argument("--name", default=None, help="worker name (default: host and pid)")
-    worker.set_defaults(func=cmd_worker)
-
-    keys = sub.add_parser("keys", help="manage API keys")
-    keys_sub = keys.add_subparsers(dest="keys_command", required=True)
-    create = keys_sub.add_parser("create", help="create an API key and print it (once)")
-    create.add_argument(
-        "--scope",
-        action="append",
-        required=True,
-        choices=["admin", "publish", "release", "read"],
-        help="repeat for several scopes",
-    )
-    create.add_argument("--name", default="cli")
-    create.add_argument(
-        "--create",
-        action="store_true",
-        help="start a new database if there is none (default: refuse, so a key is never "
-        "created where no service will read it)",
-    )
-    create.set_defaults(func=cmd_keys_create)
-
-    migrate = sub.add_parser("migrate", help="bring the database schema to the newest revision")
-    migrate.set_defaults(func=cmd_migrate)
-
-    demo = sub.add_parser(
-        "demo",
-        help="train DP models on digits, retarget them through the API, write a report",
-    )
-    demo.add_argument("--out", default="retarget-demo", help="folder for models and report")
-    demo.add_argument(
-        "--quick", action="store_true", help="tiny settings: one family, 2 epochs (about 30 s)"
-    )
-    demo.set_defaults(func=cmd_demo)
-
-    openapi = sub.add_parser("openapi", help="write the OpenAPI document")
-    openapi.add_argument("--output", "-o", default=str(DEFAULT_OPENAPI))
-    openapi.set_defaults(func=cmd_openapi)
-    return parser
+def register(app: typer.Typer) -> None:
+    """Add the server-side commands to ``app``."""
+    app.command("serve")(cmd_serve)
+    app.command("worker")(cmd_worker)
+    app.command("migrate")(cmd_migrate)
+    app.command("demo")(cmd_demo)
+    app.command("openapi")(cmd_openapi)
 
 
-def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
-    args = build_parser().parse_args(argv)
+def local_keys(revoke: str | None = None) -> list[dict[str, object]]:
+    """Every key in the service's database (none of their secrets), after revoking
+    ``revoke`` when given. Refuses, like ``keys create``, where there is no database."""
+    from service.registry import keys
+    from service.registry.db import make_engine, make_sessionmaker, session_scope
+
     settings = Settings()
-    try:
-        return int(args.func(args, settings))
-    except DBAPIError as exc:  # unreachable, unreadable or not a database
-        reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
-        print(
-            f"retarget: cannot use the database {_redact(settings.resolved_database_url)}: "
-            f"{reason}",
-            file=sys.stderr,
+    url = settings.resolved_database_url
+    missing = _missing_sqlite_file(url)
+    if missing is not None:
+        raise FileNotFoundError(
+            f"no database at {missing}: run this where the service keeps its data, or set "
+            "RETARGET_DATA_DIR or RETARGET_DATABASE_URL"
         )
-        return 1
-    except BrokenPipeError:  # the reader went away (| head): nothing more to say
-        sys.stderr.close()
-        return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    engine = make_engine(url)
+    try:
+        with session_scope(make_sessionmaker(engine)) as session:
+            if revoke is not None:
+                keys.revoke_key(session=session, key_id=revoke)
+            return [
+                {
+                    "id": k.id,
+                    "name": k.name,
+                    "prefix": k.prefix,
+                    "scopes": list(k.scopes),
+                    "created_at": k.created_at.isoformat(),
+                    "revoked_at": k.revoked_at.isoformat() if k.revoked_at else None,
+                }
+                for k in keys.list_keys(session=session)
+            ]
+    finally:
+        engine.dispose()

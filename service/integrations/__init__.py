@@ -1,0 +1,1 @@
+"""Trainer-side integrations: record what a DP training run did, register its checkpoints."""
