@@ -53,9 +53,17 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
             port=port,
             workers=args.workers,
             log_level=args.log_level,
+            # forwarded headers: only the app's own check (RETARGET_FORWARDED_ALLOW_IPS)
+            proxy_headers=False,
         )
     else:
-        uvicorn.run(create_app(settings), host=host, port=port, log_level=args.log_level)
+        uvicorn.run(
+            create_app(settings),
+            host=host,
+            port=port,
+            log_level=args.log_level,
+            proxy_headers=False,
+        )
     return 0
 
 
