@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -28,30 +29,37 @@ class RetargetWorker(Worker):
     taken as lost: the next maintenance pass of any worker retries it (while
     retries are left) or marks it failed.
 
-    Between jobs, at least every ``outbox_interval_s``, the worker queues the due
-    items of the database's outbox (work recorded while the queue was down, or whose
-    job was lost): the idle wait for a job is capped at that interval.
+    With each heartbeat of the main process (idle: at least every
+    ``outbox_interval_s``, to which the wait for a job is capped; busy: each
+    monitoring interval), the worker queues the due items of the database's outbox
+    (work recorded while the queue was down, or whose job was lost), at most once
+    per interval. The forked work horse never drains.
     """
 
     heartbeat_slack_s = 60
     outbox_interval_s: float = 10.0
     #: queues the due outbox items (None: no drain); set by ``build_worker``
     outbox_drain: Callable[[], int] | None = None
+    #: the process that drains (the worker's main process)
+    drain_pid = 0
     _last_drain = 0.0
 
     @property
     def dequeue_timeout(self) -> int:
         return max(1, min(self.worker_ttl - 15, math.ceil(self.outbox_interval_s)))
 
-    def check_for_suspension(self, burst: bool) -> None:
-        super().check_for_suspension(burst)
-        self.drain_outbox()
+    def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
+        super().heartbeat(timeout, pipeline)
+        if pipeline is None:
+            self.drain_outbox()
 
     def drain_outbox(self, force: bool = False) -> None:
         """Queue due outbox items if the interval has passed; never fails the worker."""
         now = time.monotonic()
-        if self.outbox_drain is None or (
-            not force and now - self._last_drain < self.outbox_interval_s
+        if (
+            self.outbox_drain is None
+            or os.getpid() != self.drain_pid
+            or (not force and now - self._last_drain < self.outbox_interval_s)
         ):
             return
         self._last_drain = now
@@ -91,6 +99,7 @@ def build_worker(settings: Settings, name: str | None = None) -> RetargetWorker:
     # its own connections, opened per drain: none is held open when the worker forks
     drain_context = worker_context(settings, poolclass=NullPool)
     worker.outbox_drain = lambda: drain(drain_context)
+    worker.drain_pid = os.getpid()
     return worker
 
 

@@ -5,7 +5,10 @@ retries wait in RQ's schedule, not in a sleeping worker."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,6 +23,7 @@ from sqlalchemy import update
 
 from service.api.app import create_app
 from service.config import Settings
+from service.errors import StorageError
 from service.jobs.queue import RQJobs
 from service.jobs.signing import sign
 from service.jobs.store import redis_client
@@ -150,3 +154,54 @@ def test_a_delayed_attempt_waits_in_rqs_schedule(own_redis) -> None:
     queue = Queue(settings.queue_name, connection=jobs.client, serializer=JSONSerializer)
     assert queue.count == 0  # no worker holds it meanwhile
     assert "outbox-x-1" in ScheduledJobRegistry(queue=queue).get_job_ids()
+
+
+def test_an_idle_worker_drains_work_left_in_the_outbox(
+    own_redis, committed_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url, _ = own_redis
+    for key, value in {
+        "RETARGET_REDIS_URL": url,
+        "RETARGET_DATABASE_URL": committed_db,
+        "RETARGET_DATA_DIR": str(tmp_path / "data"),
+        "RETARGET_AUTO_MIGRATE": "false",
+        "RETARGET_WEBHOOK_SECRETS": json.dumps({"default": SECRET}),
+        "RETARGET_OUTBOX_INTERVAL_S": "1",
+    }.items():
+        monkeypatch.setenv(key, value)
+    settings = Settings()
+    app = create_app(settings)
+    with TestClient(app) as c:
+        authorize(c, app.state.ctx.session_factory)
+        ds = c.post("/v1/datasets", json={"name": "idle"}).json()["id"]
+        for i, std in enumerate((1.0, 3.0)):
+            mech = {"type": "gaussian", "sensitivity": 1.0, "noise_std": std, "count": 1}
+            meta = {"dataset_id": ds, "name": f"g{i}", "mechanism": mech}
+            assert upload(c, checkpoint_bytes(i), json.dumps(meta)).status_code == 201
+        work(url, settings)
+        body = {"name": "idle", "dataset_id": ds, "epsilon": 2.0, "delta": 1e-5, "method": "rs"}
+        assert c.post("/v1/deployments", json=body).status_code == 201
+        jobs = app.state.ctx.jobs
+
+        def unreachable(*args, **kwargs):
+            raise StorageError("the job queue (Redis) is unreachable")
+
+        monkeypatch.setattr(jobs, "submit", unreachable)  # this replica cannot reach Redis
+        change = {"deployment": "idle", "epsilon": 4.0, "delta": 1e-5}
+        assert deliver(c, change, "idle-1").json()["job"]["status"] == "queued"
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "service.cli", "worker", "--name", "drainer"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        try:
+            deadline = time.monotonic() + 90
+            while c.get("/v1/deployments/idle").json()["epsilon"] != 4.0:
+                assert time.monotonic() < deadline, "the worker never drained the outbox"
+                time.sleep(0.2)
+        finally:
+            os.killpg(worker.pid, signal.SIGTERM)
+            worker.wait(timeout=30)
+        kinds = [e["kind"] for e in c.get("/v1/deployments/idle").json()["history"]]
+        assert kinds == ["policy_changed", "created"]
