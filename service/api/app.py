@@ -136,11 +136,14 @@ def create_app(
 
 @asynccontextmanager
 async def _drain_at_start(app: FastAPI) -> AsyncIterator[None]:
-    """Queue the outbox items left due (a crash or a queue outage before this start)."""
+    """Queue the outbox items left due (a crash or a queue outage before this start).
+    Embedded (no Redis), nothing but this process runs them: a process that died
+    mid-attempt left its item leased, so those are taken too (attempts stay fenced)."""
 
     def drain() -> None:
+        ctx = app.state.ctx
         try:
-            queued = runner.drain(app.state.ctx)
+            queued = runner.drain(ctx, overdue_only=not isinstance(ctx.jobs, InProcessJobs))
         except Exception as exc:  # the database may not be up yet: workers drain too
             log.warning("outbox drain at start-up failed: %s", type(exc).__name__)
             return

@@ -72,14 +72,19 @@ def dispatch(
     jobs: Jobs,
     item_id: str,
     lease_s: float,
+    overdue_only: bool = True,
 ) -> bool:
     """Put a due item on the queue unless another dispatcher just did: the dispatcher
     that moves ``next_attempt_at`` past the lease owns it. A queue that is down leaves
-    the item due again shortly. True when this call queued it."""
+    the item due again shortly. True when this call queued it.
+
+    ``overdue_only=False`` also takes items whose lease has not lapsed: for a process
+    that starts where nothing else can hold them (the embedded mode's start-up)."""
     now = _now()
+    horizon = now if overdue_only else datetime.max.replace(tzinfo=UTC)
     with session_scope(session_factory) as session:
         item = session.get(OutboxItem, item_id)
-        if item is None or item.status != "pending" or item.next_attempt_at > now:
+        if item is None or item.status != "pending" or item.next_attempt_at > horizon:
             return False
         attempt, kind = item.attempts, item.kind
         claimed = session.execute(
@@ -88,7 +93,7 @@ def dispatch(
                 OutboxItem.id == item_id,
                 OutboxItem.status == "pending",
                 OutboxItem.attempts == attempt,
-                OutboxItem.next_attempt_at <= now,
+                OutboxItem.next_attempt_at <= horizon,
             )
             .values(next_attempt_at=now + timedelta(seconds=lease_s), updated_at=now)
             .execution_options(synchronize_session=False)
@@ -152,20 +157,24 @@ def drain(
     jobs: Jobs,
     lease_s: float,
     limit: int = 100,
+    overdue_only: bool = True,
 ) -> int:
-    """Dispatch every due item (at most ``limit``); the number queued."""
+    """Dispatch every due item (at most ``limit``; ``overdue_only``: see ``dispatch``);
+    the number queued."""
+    query = select(OutboxItem.id).where(OutboxItem.status == "pending")
+    if overdue_only:
+        query = query.where(OutboxItem.next_attempt_at <= _now())
     with session_scope(session_factory) as session:
-        due = list(
-            session.scalars(
-                select(OutboxItem.id)
-                .where(OutboxItem.status == "pending", OutboxItem.next_attempt_at <= _now())
-                .order_by(OutboxItem.next_attempt_at)
-                .limit(limit)
-            )
-        )
+        due = list(session.scalars(query.order_by(OutboxItem.next_attempt_at).limit(limit)))
     queued = 0
     for item_id in due:
-        if dispatch(session_factory=session_factory, jobs=jobs, item_id=item_id, lease_s=lease_s):
+        if dispatch(
+            session_factory=session_factory,
+            jobs=jobs,
+            item_id=item_id,
+            lease_s=lease_s,
+            overdue_only=overdue_only,
+        ):
             queued += 1
     return queued
 

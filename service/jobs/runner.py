@@ -54,10 +54,13 @@ def lease_s(settings: Settings) -> float:
     return settings.job_timeout_s + 60.0
 
 
-def drain(ctx: Where) -> int:
+def drain(ctx: Where, overdue_only: bool = True) -> int:
     """Queue every due outbox item (see ``service.jobs.outbox``)."""
     return outbox.drain(
-        session_factory=ctx.session_factory, jobs=ctx.jobs, lease_s=lease_s(ctx.settings)
+        session_factory=ctx.session_factory,
+        jobs=ctx.jobs,
+        lease_s=lease_s(ctx.settings),
+        overdue_only=overdue_only,
     )
 
 

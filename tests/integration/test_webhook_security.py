@@ -394,3 +394,28 @@ def test_callback_secrets_are_never_shown(
     for text in shown:
         for secret in ("PASSWORD", "PATH-TOKEN", "QUERY-TOKEN", "svc"):
             assert secret not in text
+
+
+def test_work_left_by_a_crashed_embedded_process_runs_at_its_next_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    upgrade(url=url)
+    settings = Settings(
+        data_dir=tmp_path, database_url=url, auto_migrate=False, webhook_secrets={"ops": SECRET}
+    )
+    app = create_app(settings)
+    with TestClient(app) as c:
+        authorize(c, app.state.ctx.session_factory)
+        seed(c)
+        ctx = app.state.ctx
+        monkeypatch.setattr(ctx.jobs, "submit", _failing)
+        accepted = webhook(c, {"deployment": "prod", "epsilon": 4.0, "delta": 1e-5}, "crash")
+        item_id = accepted.json()["job"]["id"].removeprefix(outbox.JOB_PREFIX)
+        # an attempt claims the item, and the process dies before it finishes
+        assert outbox.claim(ctx.session_factory, item_id, 0, lease_s=3600) is not None
+    restarted = create_app(settings)
+    with TestClient(restarted) as again:
+        authorize(again, restarted.state.ctx.session_factory)
+        assert again.get("/v1/deployments/prod").json()["epsilon"] == 4.0
+        assert history(again).count("policy_changed") == 1
