@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -101,12 +102,50 @@ class Settings(BaseSettings):
     )
     callback_retry_delays_s: list[float] = Field(
         default=[1, 5, 30, 120, 600],
-        description="Delays between attempts to notify a callback URL.",
+        description="Delays between attempts to notify a callback URL (each attempt is "
+        "scheduled on the queue, never slept in a worker).",
+    )
+    callback_allow: str = Field(
+        default="",
+        description="Comma-separated host names and CIDR networks that callbacks may reach "
+        "although they are internal (loopback, private, link-local...); empty: none.",
+    )
+    callback_connect_timeout_s: float = Field(
+        default=3.0, gt=0, description="Connect (and TLS handshake) timeout of a callback."
+    )
+    callback_read_timeout_s: float = Field(
+        default=5.0, gt=0, description="Longest wait for the callback receiver's status line."
+    )
+    callback_concurrency: int = Field(
+        default=4, ge=1, description="Callbacks sent at once by one API process (in-process)."
+    )
+    outbox_interval_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="How often a worker drains the outbox (deployment work recorded in the "
+        "database but not yet on the queue).",
     )
     session_secret: str | None = Field(
         default=None,
-        description="Signs admin dashboard sessions; unset: a random secret per process "
-        "(sessions end when it restarts).",
+        description="Signs admin dashboard sessions; unset: a secret created once in the "
+        "database, shared by every replica.",
+    )
+    forwarded_allow_ips: str = Field(
+        default="",
+        description="Comma-separated proxy addresses (or *) whose X-Forwarded-Proto is "
+        "trusted (TLS terminated in front: cookies become Secure); empty: none.",
+    )
+    docs: bool = Field(
+        default=False, description="Serve the interactive API docs at /docs, /redoc."
+    )
+    metrics: Literal["key", "open", "off"] = Field(
+        default="key",
+        description="/metrics: key (an API key with the read scope), open, or off (404).",
+    )
+    readyz_min_free_bytes: int = Field(
+        default=1024**3,
+        ge=0,
+        description="/readyz is not ready while the blob store has less free space than this.",
     )
     session_ttl_s: int = Field(default=12 * 3600, gt=0, description="Dashboard session length.")
     host: str = "127.0.0.1"

@@ -135,5 +135,9 @@ def committed_db(postgres_url: str) -> Iterator[str]:
     yield postgres_url
     engine = make_engine(postgres_url)
     with engine.begin() as conn:
-        conn.execute(text("TRUNCATE releases, models, datasets, api_keys CASCADE"))
+        conn.execute(
+            text(
+                "TRUNCATE releases, models, datasets, api_keys, outbox, webhook_deliveries CASCADE"
+            )
+        )
     engine.dispose()

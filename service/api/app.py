@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import gc
 import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, FastAPI
+from fastapi.concurrency import run_in_threadpool
 from fastapi.routing import APIRoute
 from prometheus_client import CollectorRegistry
 from sqlalchemy.orm import Session, sessionmaker
@@ -17,6 +20,7 @@ from service.api.deps import AppContext, required_scope
 from service.api.gate import ApiKeyGate
 from service.api.limits import BodySizeLimit
 from service.api.openapi import TAGS, install_docs, install_document
+from service.api.proxy import TrustedProxyHeaders
 from service.api.routes import (
     datasets,
     deployments,
@@ -30,6 +34,7 @@ from service.api.routes import (
 from service.api.routes import jobs as jobs_routes
 from service.config import Settings, get_settings
 from service.dashboard import routes as dashboard
+from service.jobs import runner
 from service.jobs.metrics import JobsCollector
 from service.jobs.plan_jobs import PlanJobs
 from service.jobs.profiles import cost_limits
@@ -75,7 +80,11 @@ def create_app(
     jobs: Jobs = (
         RQJobs(redis_client(settings.redis_url), settings, tasks=TASKS)
         if settings.redis_url
-        else InProcessJobs(factory, limits=cost_limits(settings))
+        else InProcessJobs(
+            factory,
+            limits=cost_limits(settings),
+            background_workers=settings.callback_concurrency,
+        )
     )
     ctx = AppContext(
         settings=settings,
@@ -92,8 +101,11 @@ def create_app(
         version=__version__,
         summary="Deployment-time privacy retargeting of differentially private models.",
         openapi_tags=TAGS,
-        docs_url=None,  # served from packaged files instead (service.api.openapi)
+        # the document stays public; the interactive pages (served from packaged files
+        # by service.api.openapi) only when the operator asks: RETARGET_DOCS
+        docs_url=None,
         redoc_url=None,
+        lifespan=_drain_at_start,
     )
     app.state.ctx = ctx
     app.state.metrics = CollectorRegistry(auto_describe=True)
@@ -115,13 +127,35 @@ def create_app(
     app.add_middleware(BodySizeLimit, limit_for=limit_for)
     app.add_middleware(ApiKeyGate, context=lambda: ctx)  # outermost: 401 before any body
     dashboard.install(app, settings)
-    install_docs(app)
+    app.add_middleware(TrustedProxyHeaders, allow=settings.forwarded_allow_ips)  # outermost
+    if settings.docs:
+        install_docs(app)
     install_document(app, api_routes, required_scope)
     # The modules imported by now (torch, numpy, SQLAlchemy, pydantic) are millions of
     # long-lived objects; frozen, the collector stops rescanning them on every full
     # collection (measured: 150 ms pauses at p99 under load before, see RESULTS.md).
     gc.freeze()
     return app
+
+
+@asynccontextmanager
+async def _drain_at_start(app: FastAPI) -> AsyncIterator[None]:
+    """Queue the outbox items left due (a crash or a queue outage before this start).
+    Embedded (no Redis), nothing but this process runs them: a process that died
+    mid-attempt left its item leased, so those are taken too (attempts stay fenced)."""
+
+    def drain() -> None:
+        ctx = app.state.ctx
+        try:
+            queued = runner.drain(ctx, overdue_only=not isinstance(ctx.jobs, InProcessJobs))
+        except Exception as exc:  # the database may not be up yet: workers drain too
+            log.warning("outbox drain at start-up failed: %s", type(exc).__name__)
+            return
+        if queued:
+            log.info("queued %d outbox item(s) left from before", queued)
+
+    await run_in_threadpool(drain)
+    yield
 
 
 def api_routes() -> list[APIRoute]:

@@ -10,8 +10,11 @@ working on this replica at once, on others within ``KEY_CACHE_TTL_S``).
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Callable
 
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -19,6 +22,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from service.api.context import AppContext, KeyCache, Principal
 from service.api.problems import problem
 from service.registry.keys import find_key
+
+log = logging.getLogger(__name__)
 
 #: Paths under /v1 that are authenticated otherwise (signed webhooks).
 OPEN_PREFIXES = ("/v1/webhooks/",)
@@ -67,7 +72,24 @@ class ApiKeyGate:
         if key:
             found, principal = ctx.key_cache.get(hashlib.sha256(key.encode()).hexdigest())
             if not found:  # a database lookup: off the event loop
-                principal = await run_in_threadpool(lookup, ctx, key)
+                try:
+                    principal = await run_in_threadpool(lookup, ctx, key)
+                except SQLAlchemyError as exc:
+                    # outside the app's error handlers: answer the outage here (503, or
+                    # 429 when the pool stayed taken), never a 500
+                    busy = isinstance(exc, PoolTimeoutError)
+                    log.warning("API key lookup failed: %s", type(exc).__name__)
+                    response = problem(
+                        429 if busy else 503,
+                        "busy" if busy else "storage-unavailable",
+                        "Busy, retry later" if busy else "Storage unavailable",
+                        "the service is busy; retry shortly"
+                        if busy
+                        else "the database is unreachable; try again shortly",
+                        headers={"Retry-After": "1" if busy else "2"},
+                    )
+                    await response(scope, receive, send)
+                    return
         if principal is None:
             detail = (
                 "unknown or revoked API key"

@@ -62,9 +62,13 @@ def cmd_serve(
             port=port,
             workers=workers,
             log_level=log_level,
+            # forwarded headers: only the app's own check (RETARGET_FORWARDED_ALLOW_IPS)
+            proxy_headers=False,
         )
     else:
-        uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level)
+        uvicorn.run(
+            create_app(settings), host=host, port=port, log_level=log_level, proxy_headers=False
+        )
     return 0
 
 

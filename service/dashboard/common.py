@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import urlsplit, urlunsplit
 
 from fastapi import Depends, Request
 from fastapi.responses import HTMLResponse, Response
@@ -13,9 +12,10 @@ from fastapi.templating import Jinja2Templates
 from service.accounting.conversions import round_up
 from service.accounting.mechanisms import parse_mechanism
 from service.api.deps import AppContext, ContextDep
-from service.dashboard.auth import COOKIE, SessionSigner, readable_key
+from service.dashboard.auth import COOKIE, CSRF_COOKIE, CSRF_FIELD, SessionSigner, readable_key
 from service.dashboard.svg import Chart, render
 from service.errors import ProfilesPending
+from service.jobs.callbacks import redact_url
 from service.jobs.queue import profiles_or_pending
 from service.registry.db import session_scope
 from service.registry.models import ApiKey, Dataset, Model
@@ -49,9 +49,57 @@ def viewer(request: Request, ctx: ContextDep) -> ApiKey:
 Viewer = Annotated[ApiKey, Depends(viewer)]
 
 
-def page(request: Request, name: str, viewer_key: ApiKey | None, **context: Any) -> HTMLResponse:
-    return templates.TemplateResponse(
-        request, name, {"viewer": viewer_key, "round_up": round_up, **context}
+def secure_cookies(request: Request) -> bool:
+    """Over TLS: the request's scheme, which a trusted proxy's X-Forwarded-Proto sets
+    (``RETARGET_FORWARDED_ALLOW_IPS``; service.api.proxy)."""
+    return request.url.scheme == "https"
+
+
+def page(
+    request: Request,
+    name: str,
+    viewer_key: ApiKey | None,
+    status_code: int = 200,
+    **context: Any,
+) -> HTMLResponse:
+    """A rendered page; its forms get the CSRF token (made, and set as a cookie, on the
+    first page a browser sees)."""
+    sign = signer(request)
+    token = request.cookies.get(CSRF_COOKIE)
+    fresh = not sign.csrf_valid(token)
+    if fresh:
+        token = sign.csrf_token()
+    response = templates.TemplateResponse(
+        request,
+        name,
+        {
+            "viewer": viewer_key,
+            "round_up": round_up,
+            "csrf_field": CSRF_FIELD,
+            "csrf": token,
+            "safe_url": redact_url,
+            **context,
+        },
+        status_code=status_code,
+    )
+    if fresh:
+        response.set_cookie(
+            CSRF_COOKIE,
+            str(token),
+            httponly=True,
+            samesite="strict",
+            secure=secure_cookies(request),
+            path="/admin",
+        )
+    return response
+
+
+def csrf_checked(request: Request, form_token: str | None) -> bool:
+    return signer(request).csrf_ok(
+        request.cookies.get(CSRF_COOKIE),
+        form_token,
+        request.headers.get("origin"),
+        request.headers.get("host", ""),
     )
 
 
@@ -81,17 +129,6 @@ def mechanism_summary(mech: dict[str, Any]) -> str:
     if kind == "epsilon_delta":
         return f"({mech.get('epsilon')}, {mech.get('delta')})-DP"
     return kind.replace("_", " ")
-
-
-def safe_url(url: str | None) -> str | None:
-    """A URL without user info, query or fragment (they may carry credentials)."""
-    if not url:
-        return url
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
 def model_profiles(ctx: AppContext, models: list[Model]) -> list[Any] | None:

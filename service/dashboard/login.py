@@ -8,11 +8,9 @@ from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from service.api.deps import ContextDep
+from service.api.problems import problem
 from service.dashboard.auth import COOKIE, readable_key
-from service.dashboard.common import (
-    page,
-    signer,
-)
+from service.dashboard.common import csrf_checked, page, secure_cookies, signer
 from service.registry.db import session_scope
 from service.registry.keys import find_key
 
@@ -28,7 +26,20 @@ def login_form(request: Request, error: str | None = None) -> HTMLResponse:
 
 
 @router.post("/login")
-def login(request: Request, ctx: ContextDep, key: Annotated[str, Form()] = "") -> Response:
+def login(
+    request: Request,
+    ctx: ContextDep,
+    key: Annotated[str, Form()] = "",
+    csrf: Annotated[str, Form()] = "",
+) -> Response:
+    if not csrf_checked(request, csrf):
+        return page(
+            request,
+            "login.html",
+            None,
+            status_code=403,
+            error="the form expired or came from elsewhere; try again",
+        )
     with session_scope(ctx.session_factory) as session:
         row = find_key(session=session, key=key.strip()) if key.strip() else None
         ok = row is not None and readable_key(session, row.id) is not None
@@ -42,14 +53,16 @@ def login(request: Request, ctx: ContextDep, key: Annotated[str, Form()] = "") -
         max_age=ctx.settings.session_ttl_s,
         httponly=True,
         samesite="strict",
-        secure=request.url.scheme == "https",
+        secure=secure_cookies(request),
         path="/admin",
     )
     return response
 
 
 @router.post("/logout")
-def logout() -> Response:
+def logout(request: Request, csrf: Annotated[str, Form()] = "") -> Response:
+    if not csrf_checked(request, csrf):
+        return problem(403, "forbidden", "Forbidden", "the form expired or came from elsewhere")
     response = RedirectResponse("/admin/login", status_code=303)
     response.delete_cookie(COOKIE, path="/admin")
     return response

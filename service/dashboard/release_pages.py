@@ -14,10 +14,10 @@ from service.api.deps import AppContext, ContextDep
 from service.dashboard.common import (
     Viewer,
     page,
-    safe_url,
 )
 from service.errors import ProfilesPending
 from service.jobs import deployments as deployment_service
+from service.jobs import outbox
 from service.jobs import releases as release_service
 from service.registry import repository
 from service.registry.db import session_scope
@@ -95,7 +95,6 @@ def deployments_page(request: Request, ctx: ContextDep, who: Viewer) -> HTMLResp
             deployments=deployments,
             datasets=datasets,
             deliveries=deliveries,
-            safe_url=safe_url,
         )
 
 
@@ -124,7 +123,6 @@ def deployment_page(request: Request, name: str, ctx: ContextDep, who: Viewer) -
             events=events,
             release=release,
             deliveries=deliveries,
-            safe_url=safe_url,
         )
 
 
@@ -134,8 +132,10 @@ def _delivery(ctx: AppContext, d: WebhookDelivery) -> dict[str, Any]:
     outcome = None
     if job_id:
         try:
-            info = ctx.jobs.get(job_id)
+            info = outbox.find_job(ctx.session_factory, ctx.jobs, str(job_id))
             outcome = info.status + (f": {info.error}" if info.error else "")
+            if info.status == "finished" and info.result and info.result.get("status"):
+                outcome += f" ({info.result['status']})"
         except Exception:  # the job may have expired from the queue
             outcome = "unknown (job no longer kept)"
     return {

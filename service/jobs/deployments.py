@@ -2,15 +2,17 @@
 
 A policy change plans and releases anew and points the deployment at the new
 release; if the new policy cannot be met, the deployment keeps serving the
-previous release and the failed change is recorded with its reason.
+previous release and the failed change is recorded with its reason. Policies are
+ordered by ``policy_version``: a change older than the current policy is refused
+(409), so a delayed or captured webhook cannot roll a deployment back. The
+announcement of a new release (a callback) is an outbox item written in the same
+transaction as the release (``service.jobs.notifications`` sends it).
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import time
-import urllib.request
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,10 +20,19 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.accounting.planning import PlanRequestSpec
-from service.errors import Conflict, InvalidInput, NotFound, RetargetError
+from service.errors import (
+    Busy,
+    Conflict,
+    InvalidInput,
+    NotFound,
+    ProfilesPending,
+    RetargetError,
+    StorageError,
+)
+from service.jobs import outbox
 from service.jobs import releases as release_service
+from service.jobs.callbacks import AllowList, check_callback_url
 from service.jobs.queue import Jobs
-from service.jobs.signing import sign
 from service.registry import repository
 from service.registry.blobs import BlobStore
 from service.registry.db import session_scope
@@ -81,14 +92,21 @@ def create_deployment(
     accountant: str,
     callback_url: str | None,
     callback_secret: str | None,
-) -> tuple[Deployment, Release]:
-    """A new deployment and its first release; nothing is stored if the release fails."""
+    callback_allow: AllowList,
+    version: int,
+) -> tuple[Deployment, Release, str | None]:
+    """A new deployment, its first release and (with a callback) the outbox item that
+    announces it; nothing is stored if the release fails. A callback URL naming an
+    internal host is refused (422) unless the operator's allow-list admits it."""
     if session.scalar(select(Deployment.id).where(Deployment.name == name)) is not None:
         raise Conflict(f"a deployment named {name!r} already exists")
-    if callback_url is not None and not callback_secret:
-        raise InvalidInput(
-            "callback_url needs RETARGET_CALLBACK_SECRET on the server (notifications are signed)"
-        )
+    if callback_url is not None:
+        if not callback_secret:
+            raise InvalidInput(
+                "callback_url needs RETARGET_CALLBACK_SECRET on the server "
+                "(notifications are signed)"
+            )
+        check_callback_url(callback_url, callback_allow)
     repository.get_dataset(session=session, dataset_id=dataset_id)
     dep = Deployment(
         name=name,
@@ -98,6 +116,7 @@ def create_deployment(
         method=method,
         accountant=accountant,
         callback_url=callback_url,
+        policy_version=version,
     )
     release, _ = release_service.retarget(
         session=session,
@@ -121,7 +140,29 @@ def create_deployment(
         )
     )
     session.flush()
-    return dep, release
+    return dep, release, _announce(session, dep, release) if callback_url else None
+
+
+@dataclass(frozen=True)
+class PolicyChange:
+    deployment_id: str
+    release_id: str
+    #: the outbox item announcing the release (None without a callback)
+    notify_item: str | None
+
+
+#: errors that say "not now" rather than "no": the change is retried, not recorded as failed
+TRANSIENT = (Busy, StorageError, ProfilesPending)
+
+
+def check_order(dep: Deployment, version: int) -> None:
+    """Refuse (409) a policy older than the deployment's current one."""
+    if version < dep.policy_version:
+        raise Conflict(
+            f"policy version {version} is older than deployment {dep.name!r}'s current "
+            f"policy (version {dep.policy_version}); refused so a policy cannot be rolled back",
+            current_version=dep.policy_version,
+        )
 
 
 def change_policy(
@@ -134,17 +175,28 @@ def change_policy(
     delta: float,
     reason: str | None,
     source: str | None,
-) -> tuple[str, str]:
-    """Re-target a deployment: (deployment id, new release id).
+    version: int,
+    refuse_older: bool,
+    notify: bool,
+    item: tuple[str, int] | None = None,
+) -> PolicyChange:
+    """Re-target a deployment at policy ``version``.
 
-    On a domain error (infeasible target, cap, unsupported) the deployment keeps its
-    release, the failure is recorded in its history, and the error is raised.
+    ``refuse_older``: a version older than the current one is a ``Conflict`` (webhooks);
+    otherwise (an operator's PUT) the version only moves forward. ``item`` (outbox id,
+    claimed attempt): the item is finished in the transaction that applies (or refuses)
+    the change, so however often the work runs it happens once (``outbox.Superseded``).
+    On a domain error the deployment keeps its release, the failure is recorded in its
+    history, and the error is raised; transient errors (busy, storage, pending
+    profiles) are raised without a record, to be retried.
     """
     with session_scope(session_factory) as session:
         get_deployment(session=session, name=name)  # an unknown name is a plain 404
     try:
         with session_scope(session_factory) as session:
             dep = get_deployment(session=session, name=name)
+            if refuse_older:
+                check_order(dep, version)
             release, _ = release_service.retarget(
                 session=session,
                 jobs=jobs,
@@ -155,6 +207,7 @@ def change_policy(
                 deployment=name,
             )
             dep.epsilon, dep.delta = epsilon, delta
+            dep.policy_version = max(dep.policy_version, version)
             dep.current_release_id = release.id
             dep.last_error = None
             dep.updated_at = datetime.now(UTC)
@@ -169,9 +222,26 @@ def change_policy(
                     source=source,
                 )
             )
-            return dep.id, release.id
+            announce = _announce(session, dep, release) if notify and dep.callback_url else None
+            if item is not None:
+                outbox.finish(
+                    session,
+                    *item,
+                    "done",
+                    {"status": "changed", "deployment": name, "release_id": release.id},
+                )
+            return PolicyChange(dep.id, release.id, announce)
+    except TRANSIENT:
+        raise
     except RetargetError as exc:
         with session_scope(session_factory) as session:
+            if item is not None:
+                outbox.finish(
+                    session,
+                    *item,
+                    "done",
+                    {"status": "refused", "deployment": name, "reason": exc.detail},
+                )
             dep = get_deployment(session=session, name=name)
             dep.last_error = exc.detail
             dep.updated_at = datetime.now(UTC)
@@ -189,83 +259,19 @@ def change_policy(
         raise
 
 
-def notification(session: Session, deployment_id: str) -> tuple[str | None, dict[str, Any]]:
-    dep = session.get(Deployment, deployment_id)
-    if dep is None:
-        raise NotFound(f"no deployment with id {deployment_id!r}")
-    release = session.get(Release, dep.current_release_id) if dep.current_release_id else None
-    body = {
+def notification(session: Session, dep: Deployment, release: Release) -> dict[str, Any]:
+    """What a callback receives about a release of ``dep``."""
+    return {
         "deployment": dep.name,
-        "release_id": dep.current_release_id,
-        "sha256": release.sha256 if release else None,
+        "release_id": release.id,
+        "sha256": release.sha256,
         "epsilon": dep.epsilon,
         "delta": dep.delta,
         "model_url": f"/v1/deployments/{dep.name}/model",
     }
-    return dep.callback_url, body
 
 
-def notify(
-    *,
-    session_factory: sessionmaker[Session],
-    deployment_id: str,
-    secret: str,
-    delays_s: list[float],
-    timeout_s: float = 10.0,
-) -> bool:
-    """POST the signed notification, retrying after each delay; record the outcome."""
-    with session_scope(session_factory) as session:
-        url, body = notification(session, deployment_id)
-    if url is None:
-        return True
-    raw = json.dumps(body, sort_keys=True).encode()
-    error = ""
-    for attempt, delay in enumerate([0.0, *delays_s]):
-        if delay:
-            time.sleep(delay)
-        request = urllib.request.Request(
-            url,
-            data=raw,
-            method="POST",
-            headers={
-                "Content-Type": "application/json",
-                "X-Retarget-Signature": sign(secret, raw),
-                "X-Retarget-Delivery": f"{deployment_id}:{body['release_id']}",
-            },
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=timeout_s) as resp:
-                if 200 <= resp.status < 300:
-                    _record_callback(session_factory, deployment_id, "callback_ok", attempt + 1, "")
-                    return True
-                error = f"HTTP {resp.status}"
-        except Exception as exc:  # the receiver's failure is data, not our crash
-            error = f"{type(exc).__name__}: {exc}"
-        log.warning(
-            "callback for deployment %s failed (attempt %d): %s", deployment_id, attempt + 1, error
-        )
-    _record_callback(session_factory, deployment_id, "callback_failed", len(delays_s) + 1, error)
-    return False
-
-
-def _record_callback(
-    session_factory: sessionmaker[Session],
-    deployment_id: str,
-    kind: str,
-    attempts: int,
-    error: str,
-) -> None:
-    with session_scope(session_factory) as session:
-        dep = session.get(Deployment, deployment_id)
-        if dep is None:
-            return
-        if kind == "callback_failed":
-            dep.last_error = f"callback failed after {attempts} attempts: {error}"
-        session.add(
-            DeploymentEvent(
-                deployment_id=deployment_id,
-                kind=kind,
-                release_id=dep.current_release_id,
-                reason=f"{attempts} attempt(s){': ' + error if error else ''}",
-            )
-        )
+def _announce(session: Session, dep: Deployment, release: Release) -> str:
+    """The outbox item that will tell ``dep``'s callback about ``release``."""
+    body = notification(session, dep, release)
+    return outbox.add(session, "notify", {"deployment_id": dep.id, "body": body}).id

@@ -25,7 +25,7 @@ import threading
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 import redis
@@ -43,6 +43,7 @@ from service.accounting.profiles import PrivacyProfile
 from service.config import Settings
 from service.errors import NotFound, ProfileFailed, ProfilesPending, StorageError
 from service.jobs.claims import apply_claim_checks
+from service.jobs.local_pool import DelayedPool
 from service.jobs.metrics import Counters, LocalCounters, RedisCounters
 from service.jobs.profile_task import lock_key, on_failure, profile_task
 from service.jobs.profiles import MemoryProfileStore, Profiles, profile_key
@@ -76,8 +77,17 @@ class Jobs(Protocol):
 
     def get(self, job_id: str) -> JobInfo: ...
 
-    def submit(self, kind: str, kwargs: dict[str, Any], background: bool = False) -> JobInfo:
-        """Run a deployment job (``policy_change`` | ``notify``) here or on a worker."""
+    def submit(
+        self,
+        kind: str,
+        kwargs: dict[str, Any],
+        background: bool = False,
+        *,
+        job_id: str | None = None,
+        delay_s: float = 0.0,
+    ) -> JobInfo:
+        """Run a deployment job (``outbox``: an outbox item's attempt) here or on a
+        worker; ``delay_s`` schedules it on the queue (nothing sleeps meanwhile)."""
         ...
 
     def ready(self) -> tuple[bool, str]: ...
@@ -97,8 +107,11 @@ class InProcessJobs:
         session_factory: sessionmaker[Session],
         discretization: float = DEFAULT_DISCRETIZATION,
         limits: CostLimits | None = None,
+        background_workers: int = 4,
     ) -> None:
         self.profiles = Profiles(MemoryProfileStore(), discretization, limits)
+        #: background and delayed jobs: a bounded pool, delays in a heap (no sleeping thread)
+        self.pool = DelayedPool(background_workers)
         self.session_factory = session_factory
         self.counters: Counters = LocalCounters()
         #: where deployment jobs run (set by the app factory: settings, sessions, blobs, jobs)
@@ -146,14 +159,22 @@ class InProcessJobs:
     def warm(self, mechanism: Mechanism) -> None:
         """Nothing here: a profile in the process is computed on its first use."""
 
-    def submit(self, kind: str, kwargs: dict[str, Any], background: bool = False) -> JobInfo:
-        """In the process: at once, or on a daemon thread (notifications, which retry)."""
+    def submit(
+        self,
+        kind: str,
+        kwargs: dict[str, Any],
+        background: bool = False,
+        *,
+        job_id: str | None = None,
+        delay_s: float = 0.0,
+    ) -> JobInfo:
+        """In the process: at once, or on the bounded background pool (later: delayed)."""
         if self.context is None:
             raise RuntimeError("InProcessJobs.context is not set")
         job = JobInfo(
-            id=f"local-{uuid.uuid4().hex[:16]}",
+            id=job_id or f"local-{uuid.uuid4().hex[:16]}",
             kind=kind,
-            status="queued",
+            status="scheduled" if delay_s > 0 else "queued",
             enqueued_at=datetime.now(UTC),
         )
         with self._lock:
@@ -169,8 +190,8 @@ class InProcessJobs:
                 job.status, job.error = "failed", repr(exc)
             job.ended_at = datetime.now(UTC)
 
-        if background:
-            threading.Thread(target=run, name=f"retarget-{kind}", daemon=True).start()
+        if background or delay_s > 0:
+            self.pool.submit(run, delay_s)
         else:
             run()
         return job
@@ -286,20 +307,35 @@ class RQJobs:
         """Queue the profile now, so the first plan that needs it does not wait."""
         self.profile(mechanism)
 
-    def submit(self, kind: str, kwargs: dict[str, Any], background: bool = False) -> JobInfo:
+    def submit(
+        self,
+        kind: str,
+        kwargs: dict[str, Any],
+        background: bool = False,
+        *,
+        job_id: str | None = None,
+        delay_s: float = 0.0,
+    ) -> JobInfo:
+        """Queue it (``delay_s``: in RQ's scheduled registry, moved to the queue when due
+        by the worker's scheduler). Outbox attempts carry no RQ retry: the outbox
+        schedules its own."""
+        options: dict[str, Any] = {
+            "kwargs": kwargs,
+            "job_id": job_id,
+            "job_timeout": self.settings.job_timeout_s,
+            "result_ttl": 7 * 24 * 3600,
+            "failure_ttl": 7 * 24 * 3600,
+            "retry": Retry(max=self.settings.job_retries, interval=[0, 10, 60])
+            if self.settings.job_retries and kind != "outbox"
+            else None,
+            "on_failure": Callback(on_failure),
+            "meta": {"kind": kind},
+        }
         try:
-            job = self.queue.enqueue(
-                self.tasks[kind],
-                kwargs=kwargs,
-                job_timeout=self.settings.job_timeout_s,
-                result_ttl=7 * 24 * 3600,
-                failure_ttl=7 * 24 * 3600,
-                retry=Retry(max=self.settings.job_retries, interval=[0, 10, 60])
-                if self.settings.job_retries
-                else None,
-                on_failure=Callback(on_failure),
-                meta={"kind": kind},
-            )
+            if delay_s > 0:
+                job = self.queue.enqueue_in(timedelta(seconds=delay_s), self.tasks[kind], **options)
+            else:
+                job = self.queue.enqueue(self.tasks[kind], **options)
         except redis.RedisError as exc:
             raise StorageError(f"the job queue (Redis) is unreachable: {exc}") from exc
         self.counters.incr("jobs_queued")

@@ -11,24 +11,35 @@ from typing import Any
 from service.config import Settings
 from service.jobs.profile_task import lock_key, on_failure, profile_task
 from service.jobs.queue import RQJobs
-from service.jobs.runner import WorkContext, run_notify, run_policy_change
+from service.jobs.runner import WorkContext, run_notify, run_outbox, run_policy_change
 from service.jobs.store import redis_client
 from service.registry.blobs import LocalBlobStore
 from service.registry.db import make_engine, make_sessionmaker
 
 #: The deployment jobs by kind, as queued for a worker (import paths RQ resolves).
 TASKS = {
+    "outbox": "service.jobs.tasks.outbox_task",
     "policy_change": "service.jobs.tasks.policy_change_task",
     "notify": "service.jobs.tasks.notify_task",
 }
 
-__all__ = ["TASKS", "lock_key", "notify_task", "on_failure", "policy_change_task", "profile_task"]
+__all__ = [
+    "TASKS",
+    "lock_key",
+    "notify_task",
+    "on_failure",
+    "outbox_task",
+    "policy_change_task",
+    "profile_task",
+    "worker_context",
+]
 
 
-def _worker_context() -> WorkContext:
-    settings = Settings()
+def worker_context(settings: Settings | None = None, **engine_options: Any) -> WorkContext:
+    """Where deployment jobs run on a worker (and the worker's own outbox drain)."""
+    settings = settings or Settings()
     assert settings.redis_url, "the worker needs RETARGET_REDIS_URL"
-    engine = make_engine(settings.resolved_database_url)
+    engine = make_engine(settings.resolved_database_url, **engine_options)
     return WorkContext(
         settings=settings,
         session_factory=make_sessionmaker(engine),
@@ -37,11 +48,16 @@ def _worker_context() -> WorkContext:
     )
 
 
+def outbox_task(**kwargs: Any) -> dict[str, Any]:
+    """One attempt at an outbox item: a webhook's policy change or a notification."""
+    return run_outbox(worker_context(), **kwargs)
+
+
 def policy_change_task(**kwargs: Any) -> dict[str, Any]:
-    """Re-target a deployment (from a signed webhook)."""
-    return run_policy_change(_worker_context(), **kwargs)
+    """Re-target a deployment (a job queued before the outbox)."""
+    return run_policy_change(worker_context(), **kwargs)
 
 
 def notify_task(**kwargs: Any) -> dict[str, Any]:
-    """Notify a deployment's callback URL of its new release (retries inside)."""
-    return run_notify(_worker_context(), **kwargs)
+    """Announce a deployment's release (a job queued before the outbox)."""
+    return run_notify(worker_context(), **kwargs)

@@ -3,28 +3,73 @@
 from __future__ import annotations
 
 import logging
+import math
+import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 import redis
 from rq import Queue, Worker
 from rq.serializers import JSONSerializer
+from sqlalchemy.pool import NullPool
 
 from service.config import Settings
+from service.jobs.runner import drain
+from service.jobs.tasks import worker_context
 from service.merging.base import configure_threads
 
 log = logging.getLogger(__name__)
 
 
 class RetargetWorker(Worker):
-    """RQ's forking worker with a configurable heartbeat slack.
+    """RQ's forking worker with a configurable heartbeat slack and an outbox drain.
 
     A job whose worker stops heartbeating for ``monitoring interval + slack`` is
     taken as lost: the next maintenance pass of any worker retries it (while
     retries are left) or marks it failed.
+
+    With each heartbeat of the main process (idle: at least every
+    ``outbox_interval_s``, to which the wait for a job is capped; busy: each
+    monitoring interval), the worker queues the due items of the database's outbox
+    (work recorded while the queue was down, or whose job was lost), at most once
+    per interval. The forked work horse never drains.
     """
 
     heartbeat_slack_s = 60
+    outbox_interval_s: float = 10.0
+    #: queues the due outbox items (None: no drain); set by ``build_worker``
+    outbox_drain: Callable[[], int] | None = None
+    #: the process that drains (the worker's main process)
+    drain_pid = 0
+    _last_drain = 0.0
+
+    @property
+    def dequeue_timeout(self) -> int:
+        return max(1, min(self.worker_ttl - 15, math.ceil(self.outbox_interval_s)))
+
+    def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
+        super().heartbeat(timeout, pipeline)
+        if pipeline is None:
+            self.drain_outbox()
+
+    def drain_outbox(self, force: bool = False) -> None:
+        """Queue due outbox items if the interval has passed; never fails the worker."""
+        now = time.monotonic()
+        if (
+            self.outbox_drain is None
+            or os.getpid() != self.drain_pid
+            or (not force and now - self._last_drain < self.outbox_interval_s)
+        ):
+            return
+        self._last_drain = now
+        try:
+            queued = self.outbox_drain()
+        except Exception:  # the database may be down: the next pass tries again
+            log.exception("the outbox drain failed")
+            return
+        if queued:
+            log.info("queued %d outbox item(s)", queued)
 
     def get_heartbeat_ttl(self, job: Any) -> int:
         if job.timeout and job.timeout > 0:
@@ -50,6 +95,11 @@ def build_worker(settings: Settings, name: str | None = None) -> RetargetWorker:
         worker_ttl=min(420, settings.worker_maintenance_interval_s + 15),
     )
     worker.heartbeat_slack_s = settings.worker_heartbeat_slack_s
+    worker.outbox_interval_s = settings.outbox_interval_s
+    # its own connections, opened per drain: none is held open when the worker forks
+    drain_context = worker_context(settings, poolclass=NullPool)
+    worker.outbox_drain = lambda: drain(drain_context)
+    worker.drain_pid = os.getpid()
     return worker
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -51,6 +52,10 @@ class BlobStore(Protocol):
     def shas(self) -> Iterator[str]: ...
 
     def ready(self) -> bool: ...
+
+    def free_bytes(self) -> int | None:
+        """Space left for new blobs (None: unknown or unlimited)."""
+        ...
 
 
 def _check_sha(sha256: str) -> str:
@@ -176,3 +181,10 @@ class LocalBlobStore:
     def ready(self) -> bool:
         """The folder exists and can be written."""
         return self.tmp.is_dir() and os.access(self.tmp, os.W_OK)
+
+    def free_bytes(self) -> int | None:
+        """Free space on the blob folder's file system (as an unprivileged writer sees it)."""
+        try:
+            return shutil.disk_usage(self.tmp).free
+        except OSError:
+            return None

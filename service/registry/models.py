@@ -186,6 +186,9 @@ class Deployment(Base):
         ForeignKey("releases.id", ondelete="RESTRICT")
     )
     last_error: Mapped[str | None] = mapped_column(Text)
+    #: orders policy changes (unix seconds, or the webhook's explicit version): an older
+    #: one than this is refused, so a delayed or replayed change cannot roll a policy back
+    policy_version: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
@@ -218,3 +221,37 @@ class WebhookDelivery(Base):
     status_code: Mapped[int] = mapped_column(Integer)
     response: Mapped[dict[str, Any]] = mapped_column(JSON)
     received_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class OutboxItem(Base):
+    """Deployment work recorded in the same transaction as what asked for it (a webhook
+    delivery, a policy change): dispatched to the queue after the commit, and again by
+    any drain while it is due, so it survives a queue that is down; applied once."""
+
+    __tablename__ = "outbox"
+    __table_args__ = (Index("ix_outbox_due", "status", "next_attempt_at"),)
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    #: policy_change | notify
+    kind: Mapped[str] = mapped_column(String(32))
+    payload: Mapped[dict[str, Any]] = mapped_column(JSON)
+    #: pending | done | failed
+    status: Mapped[str] = mapped_column(String(16), default="pending")
+    #: attempts started; an attempt claims the row by moving it from n to n + 1
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    #: when a drain may (re)dispatch it: now when recorded, later while it is on the queue
+    next_attempt_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    result: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class AppSecret(Base):
+    """Secrets the service makes for itself, once, shared by every replica (the dashboard
+    session key when ``RETARGET_SESSION_SECRET`` is unset)."""
+
+    __tablename__ = "app_secrets"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)

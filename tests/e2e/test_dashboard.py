@@ -5,6 +5,7 @@ explorer's slider. Screenshots go to tests/e2e/artifacts/ (not committed)."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -124,7 +125,8 @@ def test_dashboard_pages_and_plan_explorer(server: tuple[str, Path], browser: Br
     shoot(page, "04-model")
 
     page.goto(f"{base}/admin/datasets/{made['dataset']}/explorer")
-    page.wait_for_function("document.querySelector('#explorer').dataset.shownEpsilon")
+    # selectors, not wait_for_function: its predicate is eval'd, which the CSP forbids
+    page.wait_for_selector("#explorer[data-shown-epsilon]")
     first_eps = page.get_attribute("#explorer", "data-shown-epsilon")
     first = page.inner_text("#plans tbody")
     assert "RS, RDP" in first and "LC, PLD" in first
@@ -135,9 +137,7 @@ def test_dashboard_pages_and_plan_explorer(server: tuple[str, Path], browser: Br
     # move the slider to its far end with the keyboard, as a person would
     page.focus("#target")
     page.keyboard.press("End")
-    page.wait_for_function(
-        f"document.querySelector('#explorer').dataset.shownEpsilon !== '{first_eps}'"
-    )
+    page.wait_for_selector(f"#explorer:not([data-shown-epsilon='{first_eps}'])")
     moved = page.inner_text("#plans tbody")
     assert moved != first
     assert page.inner_text("#target-value") != first_eps
@@ -172,7 +172,10 @@ def test_dashboard_refuses_keys_without_read_scope(server: tuple[str, Path]) -> 
         publish = http.post("/v1/keys", json={"name": "ci", "scopes": ["publish"]}).json()["key"]
         del http.headers["Authorization"]
         assert http.get("/admin").headers["location"] == "/admin/login"
-        resp = http.post("/admin/login", data={"key": publish})
+        form = http.get("/admin/login")
+        token = re.search(r'name="csrf" value="([^"]+)"', form.text)
+        assert token is not None
+        resp = http.post("/admin/login", data={"key": publish, "csrf": token.group(1)})
         assert resp.status_code == 200 and "not a read/admin key" in resp.text
         assert "retarget_session" not in resp.headers.get("set-cookie", "")
         forged = http.get("/admin", cookies={"retarget_session": "someid.9999999999.00"})

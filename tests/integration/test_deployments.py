@@ -130,7 +130,7 @@ def _webhook(
 ):
     raw = json.dumps(body).encode()
     headers = {
-        "X-Retarget-Signature": sign(secret, raw, timestamp),
+        "X-Retarget-Signature": sign(secret, delivery, raw, timestamp),
         "X-Retarget-Delivery": delivery,
         "X-Retarget-Source": source,
         "Content-Type": "application/json",
@@ -177,7 +177,7 @@ def test_bad_webhooks_are_refused_and_change_nothing(app_client: TestClient, tam
             "/v1/webhooks/policy-change",
             content=forged,
             headers={
-                "X-Retarget-Signature": sign(SECRET, raw),
+                "X-Retarget-Signature": sign(SECRET, "d1", raw),
                 "X-Retarget-Delivery": "d1",
                 "X-Retarget-Source": "ops",
                 "Content-Type": "application/json",
@@ -216,6 +216,7 @@ def sqlite_client(tmp_path: Path) -> Iterator[TestClient]:
         auto_migrate=False,
         callback_secret="callback-secret",
         callback_retry_delays_s=[0.05, 0.05],
+        callback_allow="127.0.0.0/8",
     )
     app = create_app(settings)
     with TestClient(app) as c:
@@ -245,7 +246,8 @@ def test_callback_is_signed_and_retried_until_it_lands(sqlite_client: TestClient
         server.shutdown()
     assert len(Receiver.received) == 2
     raw, headers = Receiver.received[-1]
-    assert verify("callback-secret", raw, headers["X-Retarget-Signature"], 300) == ""
+    delivery = headers["X-Retarget-Delivery"]
+    assert verify("callback-secret", delivery, raw, headers["X-Retarget-Signature"], 300) == ""
     assert json.loads(raw)["release_id"] == dep["current_release_id"]
 
 

@@ -357,7 +357,7 @@ def test_a_signed_webhook_is_applied_by_the_worker(
             "/v1/webhooks/policy-change",
             content=raw,
             headers={
-                "X-Retarget-Signature": sign(secret, raw),
+                "X-Retarget-Signature": sign(secret, "w-1", raw),
                 "X-Retarget-Delivery": "w-1",
                 "Content-Type": "application/json",
             },

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import time
+
 from fastapi import APIRouter, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.orm import Session
@@ -16,6 +18,8 @@ from service.api.schemas import (
 )
 from service.errors import NotFound
 from service.jobs import deployments as service
+from service.jobs.callbacks import AllowList, redact_url
+from service.jobs.runner import dispatch
 from service.registry import repository
 from service.registry.db import session_scope
 from service.registry.models import Deployment
@@ -31,7 +35,8 @@ def deployment_public(session: Session, dep: Deployment) -> DeploymentPublic:
         delta=dep.delta,
         method=dep.method,
         accountant=dep.accountant,
-        callback_url=dep.callback_url,
+        callback_url=redact_url(dep.callback_url),
+        policy_version=dep.policy_version,
         current_release_id=dep.current_release_id,
         model_url=f"/v1/deployments/{dep.name}/model",
         last_error=dep.last_error,
@@ -64,12 +69,15 @@ async def create_deployment(body: DeploymentCreate, ctx: ContextDep) -> Deployme
     """Bind a name to a dataset and a policy, and release its first model.
 
     Nothing is stored when the first release cannot be made (422 with the reason,
-    409 over the dataset's cap).
+    409 over the dataset's cap). A ``callback_url`` whose host is an internal address
+    (loopback, private, link-local, ...: any notation) or ``localhost`` is refused (422)
+    unless ``RETARGET_CALLBACK_ALLOW`` admits it; it is stored whole but shown only as
+    ``scheme://host[:port]/…``.
     """
 
     def run() -> DeploymentPublic:
         with session_scope(ctx.session_factory) as session:
-            dep, _ = service.create_deployment(
+            dep, _, announce = service.create_deployment(
                 session=session,
                 jobs=ctx.jobs,
                 blobs=ctx.blobs,
@@ -81,10 +89,11 @@ async def create_deployment(body: DeploymentCreate, ctx: ContextDep) -> Deployme
                 accountant=body.accountant,
                 callback_url=body.callback_url,
                 callback_secret=ctx.settings.callback_secret,
+                callback_allow=AllowList.parse(ctx.settings.callback_allow),
+                version=int(time.time()),
             )
             public = deployment_public(session, dep)
-        if dep.callback_url:
-            ctx.jobs.submit("notify", {"deployment_id": dep.id}, background=True)
+        dispatch(ctx, announce)
         return public
 
     return await run_in_threadpool(run)
@@ -134,7 +143,7 @@ async def change_policy(name: str, body: PolicyUpdate, ctx: ContextDep) -> Deplo
     """
 
     def run() -> DeploymentPublic:
-        dep_id, _ = service.change_policy(
+        change = service.change_policy(
             session_factory=ctx.session_factory,
             jobs=ctx.jobs,
             blobs=ctx.blobs,
@@ -143,12 +152,15 @@ async def change_policy(name: str, body: PolicyUpdate, ctx: ContextDep) -> Deplo
             delta=body.delta,
             reason=body.reason,
             source="api",
+            # an operator's change is the newest policy: it moves the version to now
+            version=int(time.time()),
+            refuse_older=False,
+            notify=bool(ctx.settings.callback_secret),
         )
         with session_scope(ctx.session_factory) as session:
             dep = service.get_deployment(session=session, name=name)
             public = deployment_public(session, dep)
-        if public.callback_url:
-            ctx.jobs.submit("notify", {"deployment_id": dep_id}, background=True)
+        dispatch(ctx, change.notify_item)
         return public
 
     return await run_in_threadpool(run)

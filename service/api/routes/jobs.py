@@ -6,6 +6,7 @@ from fastapi.responses import JSONResponse
 from service.api.deps import ContextDep, JobsDep, require
 from service.api.schemas import JobPublic, Problem
 from service.errors import NotFound
+from service.jobs import outbox
 from service.jobs.queue import JobInfo, Jobs
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
@@ -53,8 +54,8 @@ def pending_response(jobs: list[JobInfo]) -> JSONResponse:
     responses={404: {"model": Problem}},
 )
 def get_job(job_id: str, jobs: JobsDep, ctx: ContextDep) -> JobPublic:
-    """An accounting or plan job's state; a failed job keeps its error, a finished
-    plan job holds the plan in ``result``."""
+    """An accounting, plan or deployment (``outbox-...``) job's state; a failed job keeps
+    its error, a finished plan job holds the plan in ``result``."""
     if ctx.plan_jobs.owns(job_id):
         return job_public(ctx.plan_jobs.get(job_id))
-    return job_public(jobs.get(job_id))
+    return job_public(outbox.find_job(ctx.session_factory, jobs, job_id))

@@ -34,6 +34,13 @@ class PolicyChangeWebhook(In):
     epsilon: Epsilon
     delta: Delta
     reason: Annotated[str, StringConstraints(max_length=2000)] | None = None
+    version: int | None = Field(
+        default=None,
+        ge=0,
+        le=2**62,
+        description="Orders the policies of a deployment: one older than the current policy "
+        "is refused (409). Default: the signature's timestamp (unix seconds).",
+    )
 
 
 class DeploymentEventPublic(BaseModel):
@@ -53,7 +60,10 @@ class DeploymentPublic(BaseModel):
     delta: float
     method: str
     accountant: str
-    callback_url: str | None
+    callback_url: str | None = Field(
+        description="scheme://host[:port]/… only: user info, path and query are never shown"
+    )
+    policy_version: int = Field(description="orders policy changes (older ones are refused)")
     current_release_id: str | None
     model_url: str
     last_error: str | None
