@@ -2,8 +2,8 @@
 
 Source: Section 6 of papers/dp-model-merging.txt (Theorems 6.2 and 6.4,
 Algorithms 3 and 4): every merged step is the 1-D Gaussian mixture of
-``mixture.py`` and ``mixture_pld.py``, steps aligned across models (runs of unequal length padded with
-virtual steps: q = 0, no noise) and composed.
+``mixture.py`` and ``mixture_pld.py``, steps aligned across models (runs of
+unequal length padded with virtual steps: q = 0, no noise) and composed.
 
 NOT A GUARANTEE for multi-step mechanisms. The argument treats each step's
 gradient as fixed; in DP-SGD later gradients depend on each run's hidden earlier
