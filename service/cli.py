@@ -177,6 +177,8 @@ def _redact(url: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from service.registry.keys import SCOPES
+
     parser = argparse.ArgumentParser(prog="retarget", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -201,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--scope",
         action="append",
         required=True,
-        choices=["admin", "publish", "release", "read"],
+        choices=list(SCOPES),
         help="repeat for several scopes",
     )
     create.add_argument("--name", default="cli")

@@ -18,6 +18,7 @@ from service.dashboard.svg import Chart, render
 from service.errors import ProfilesPending
 from service.jobs.queue import profiles_or_pending
 from service.registry.db import session_scope
+from service.registry.keys import DOWNLOAD_SCOPE
 from service.registry.models import ApiKey, Dataset, Model
 
 HERE = Path(__file__).parent
@@ -49,9 +50,17 @@ def viewer(request: Request, ctx: ContextDep) -> ApiKey:
 Viewer = Annotated[ApiKey, Depends(viewer)]
 
 
+def viewer_can(viewer_key: ApiKey, scope: str) -> bool:
+    """Whether the logged-in key carries ``scope`` (``admin`` carries every scope)."""
+    return scope in viewer_key.scopes or "admin" in viewer_key.scopes
+
+
 def page(request: Request, name: str, viewer_key: ApiKey | None, **context: Any) -> HTMLResponse:
+    can_download = viewer_key is not None and viewer_can(viewer_key, DOWNLOAD_SCOPE)
     return templates.TemplateResponse(
-        request, name, {"viewer": viewer_key, "round_up": round_up, **context}
+        request,
+        name,
+        {"viewer": viewer_key, "round_up": round_up, "can_download": can_download, **context},
     )
 
 

@@ -33,6 +33,7 @@ from service.api.schemas.registry import (
 )
 from service.api.schemas.releases import (
     CumulativePublic,
+    ExposurePublic,
     LedgerPublic,
     ReleasePublic,
     RetargetRequest,
@@ -52,6 +53,7 @@ __all__ = [
     "DeploymentPublic",
     "Epsilon",
     "EpsilonPublic",
+    "ExposurePublic",
     "GuaranteePublic",
     "GuaranteeRequest",
     "GuaranteeWeight",
