@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from service.cli import render_openapi
+from service.registry.keys import SCOPES
 
 COMMITTED = Path(__file__).resolve().parents[1] / "openapi" / "openapi.json"
 
@@ -45,4 +46,6 @@ def test_every_error_answer_is_documented_as_problem_json() -> None:
                     assert list(resp["content"]) == ["application/problem+json"], (path, method)
             if "security" in op:
                 assert {"401", "403"} <= set(op["responses"]), (path, method)
-                assert op["x-required-scope"] in ("admin", "publish", "release", "read")
+                assert op["x-required-scope"] in SCOPES
+    weights = doc["paths"]["/v1/models/{model_id}/weights"]["get"]
+    assert weights["x-required-scope"] == "models:download"

@@ -22,6 +22,11 @@ def etag_for(sha256: str) -> str:
     return f'"{sha256}"'
 
 
+def not_modified(request: Request, sha256: str) -> bool:
+    """Whether the request's If-None-Match already names this blob (the answer is 304)."""
+    return _matches(request.headers.get("if-none-match"), etag_for(sha256))
+
+
 def _matches(if_none_match: str | None, etag: str) -> bool:
     if not if_none_match:
         return False

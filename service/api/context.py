@@ -29,6 +29,10 @@ class Principal:
     name: str
     scopes: tuple[str, ...]
 
+    def can(self, scope: str) -> bool:
+        """Whether this key may do what ``scope`` allows (``admin`` may do everything)."""
+        return scope in self.scopes or "admin" in self.scopes
+
 
 class KeyCache:
     def __init__(self) -> None:

@@ -77,7 +77,7 @@ def require(scope: str) -> Any:
 
     def check(request: Request, ctx: ContextDep) -> Principal:
         principal = _principal(request, ctx)
-        if scope not in principal.scopes and "admin" not in principal.scopes:
+        if not principal.can(scope):
             raise Forbidden(f"this operation needs an API key with scope {scope!r}")
         return principal
 

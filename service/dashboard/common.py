@@ -18,6 +18,7 @@ from service.errors import ProfilesPending
 from service.jobs.callbacks import redact_url
 from service.jobs.queue import profiles_or_pending
 from service.registry.db import session_scope
+from service.registry.keys import DOWNLOAD_SCOPE
 from service.registry.models import ApiKey, Dataset, Model
 
 HERE = Path(__file__).parent
@@ -49,6 +50,11 @@ def viewer(request: Request, ctx: ContextDep) -> ApiKey:
 Viewer = Annotated[ApiKey, Depends(viewer)]
 
 
+def viewer_can(viewer_key: ApiKey, scope: str) -> bool:
+    """Whether the logged-in key carries ``scope`` (``admin`` carries every scope)."""
+    return scope in viewer_key.scopes or "admin" in viewer_key.scopes
+
+
 def secure_cookies(request: Request) -> bool:
     """Over TLS: the request's scheme, which a trusted proxy's X-Forwarded-Proto sets
     (``RETARGET_FORWARDED_ALLOW_IPS``; service.api.proxy)."""
@@ -78,6 +84,7 @@ def page(
             "csrf_field": CSRF_FIELD,
             "csrf": token,
             "safe_url": redact_url,
+            "can_download": viewer_key is not None and viewer_can(viewer_key, DOWNLOAD_SCOPE),
             **context,
         },
         status_code=status_code,

@@ -12,7 +12,7 @@ from sqlalchemy import func, select
 from service.accounting.conversions import ORDERS, round_up
 from service.accounting.mechanisms import parse_mechanism
 from service.accounting.profiles import PrivacyProfile
-from service.api.blob_responses import blob_response
+from service.api.blob_responses import blob_response, not_modified
 from service.api.deps import AppContext, ContextDep
 from service.dashboard.common import (
     Viewer,
@@ -21,11 +21,15 @@ from service.dashboard.common import (
     model_profiles,
     page,
     svg_response,
+    viewer_can,
 )
 from service.dashboard.svg import Chart, Series
+from service.errors import Forbidden, StorageError
+from service.jobs.ledger import expose
 from service.jobs.queue import profiles_or_pending
 from service.registry import repository
 from service.registry.db import session_scope
+from service.registry.keys import DOWNLOAD_SCOPE
 from service.registry.models import Dataset, Model, Release
 
 router = APIRouter(prefix="/admin", include_in_schema=False)
@@ -143,7 +147,23 @@ def model_rdp_svg(model_id: str, ctx: ContextDep, who: Viewer) -> Response:
 
 @router.get("/models/{model_id}/weights")
 def model_weights(model_id: str, request: Request, ctx: ContextDep, who: Viewer) -> Response:
+    """Raw weights of a registered model: as ``GET /v1/models/{id}/weights``, only for
+    keys with scope ``models:download``, and every download is charged to the ledger."""
+    if not viewer_can(who, DOWNLOAD_SCOPE):
+        raise Forbidden(f"raw model weights need an API key with scope {DOWNLOAD_SCOPE!r}")
     with session_scope(ctx.session_factory) as session:
         model = repository.get_model(session=session, model_id=model_id)
         sha, name = model.sha256, f"{model.name}-v{model.version}.safetensors"
+        if not not_modified(request, sha):
+            if not ctx.blobs.exists(sha):
+                raise StorageError(f"blob {sha} is missing from the store")
+            expose(
+                session=session,
+                jobs=ctx.jobs,
+                dataset_id=model.dataset_id,
+                kind="download",
+                model_ids=[model.id],
+                key_id=who.id,
+                key_name=who.name,
+            )
     return blob_response(request, ctx.blobs, sha, name)

@@ -17,10 +17,10 @@ from service.dashboard.common import (
 )
 from service.errors import ProfilesPending
 from service.jobs import deployments as deployment_service
-from service.jobs import outbox
-from service.jobs import releases as release_service
+from service.jobs import ledger, outbox
 from service.registry import repository
 from service.registry.db import session_scope
+from service.registry.exposures import list_exposures
 from service.registry.models import Dataset, Deployment, Model, WebhookDelivery
 
 router = APIRouter(prefix="/admin", include_in_schema=False)
@@ -34,26 +34,34 @@ def releases_page(request: Request, dataset_id: str, ctx: ContextDep, who: Viewe
     with session_scope(ctx.session_factory) as session:
         dataset = repository.get_dataset(session=session, dataset_id=dataset_id)
         releases = repository.list_releases(session=session, dataset_id=dataset_id)
+        exposures = list_exposures(session=session, dataset_id=dataset_id)
         names = {
             m.id: m.name
             for m in session.scalars(select(Model).where(Model.dataset_id == dataset_id))
         }
+        # releases and exposures (raw downloads, scored plans) in the order they happened
+        events: list[tuple[Any, str, Any, ledger.Entry]] = [
+            *(
+                (r.created_at, "release", r, (list(r.exposed_model_ids), r.epsilon, r.delta))
+                for r in releases
+            ),
+            *((e.first_at, "exposure", e, ledger.exposure_entry(e)) for e in exposures),
+        ]
+        events.sort(key=lambda ev: ev[0])
         running: list[dict[str, Any]] = []
         bound = None
         try:
-            for i in range(len(releases)):
-                b = release_service.ledger_bound(
+            for i, (_, kind, item, _) in enumerate(events):
+                b = ledger.ledger_bound(
                     session=session,
                     jobs=ctx.jobs,
                     dataset=dataset,
-                    releases=[
-                        (list(r.exposed_model_ids), r.epsilon, r.delta) for r in releases[: i + 1]
-                    ],
+                    releases=[ev[3] for ev in events[: i + 1]],
                 )
-                running.append({"r": releases[i], "cumulative": round_up(b.epsilon)})
+                running.append({"kind": kind, "r": item, "cumulative": round_up(b.epsilon)})
                 bound = b
         except ProfilesPending:
-            running = [{"r": r, "cumulative": None} for r in releases]
+            running = [{"kind": kind, "r": item, "cumulative": None} for _, kind, item, _ in events]
         return page(
             request,
             "releases.html",

@@ -38,6 +38,8 @@ class _Job:
     key: str
     fn: Callable[[], Any]
     keep: Callable[[Any], bool] = lambda _: True
+    #: the API scope needed to read the job (a plan scored by the models: 'publish')
+    scope: str | None = None
     done: threading.Event = field(default_factory=threading.Event)
     value: Any = None
     error: BaseException | None = None
@@ -97,18 +99,20 @@ class PlanJobs:
         fn: Callable[[], Any],
         wait_s: float,
         keep: Callable[[Any], bool] = lambda _: True,
+        scope: str | None = None,
     ) -> tuple[Any, JobInfo | None]:
         """``(answer, None)`` when the plan for ``key`` is ready within ``wait_s``
         (a domain error it raised is raised here); else ``(None, job)``. An answer
         ``keep`` refuses (a "profiles are still being computed" reply) is not served
-        to later requests: they compute again."""
+        to later requests: they compute again. ``scope``: what reading the job through
+        ``/v1/jobs/{id}`` needs besides 'read' (``scope_of``)."""
         with self._lock:
             self._expire()
             job = self._by_key.get(key)
             if job is None:
                 info = JobInfo(id=f"plan-{uuid.uuid4()}", kind="plan", status="queued")
                 info.enqueued_at = _now()
-                job = _Job(info=info, key=key, fn=fn, keep=keep)
+                job = _Job(info=info, key=key, fn=fn, keep=keep, scope=scope)
                 self._by_key[key] = job
                 self._by_id[info.id] = job
                 self._start_workers()
@@ -142,6 +146,14 @@ class PlanJobs:
         if job.error is not None and isinstance(job.error, RetargetError):
             info.result = {"problem": type(job.error).__name__, **job.error.extra}
         return info
+
+    def scope_of(self, job_id: str) -> str | None:
+        """The scope needed to read this job (None: 'read' is enough)."""
+        with self._lock:
+            job = self._by_id.get(job_id)
+        if job is None:
+            raise NotFound(f"no job with id {job_id!r}")
+        return job.scope
 
     def owns(self, job_id: str) -> bool:
         return job_id.startswith("plan-")

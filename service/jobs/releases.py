@@ -1,16 +1,36 @@
-"""Releases and the ledger: turning a plan into a served model, within a dataset's cap.
+"""Releases: turning a plan into a served model, within the dataset's cap (``ledger``).
 
-A release is computed once per request: the request (dataset, target, method,
-accountant, objective and the candidate models) is hashed, and the same hash
-returns the same release. That matters most for random selection: a caller who
-could make us draw again would see many samples and the guarantee would fail.
+A release is computed once per request: what in the request can change the plan
+(``request_hash``: dataset, target, method, accountant, the objective and the
+fields it reads, the candidate models, the output dtype) is hashed, and the same
+hash returns the same release. Fields the plan ignores (a metric under objective
+'noise', checkpoint fields for RS) and defaults written out or left implicit hash
+alike.
 
-The ledger bounds what the outside world has seen of a dataset by the joint
-release of every model any release exposed (Theorem 6.1 of
-papers/dp-model-merging.txt; independent runs compose, checkpoints of one run
-count as their latest one). With a single release the bound is that release's
-own guarantee when it is at the ledger's delta. A release that would push the
-bound over the dataset's cap is refused and nothing is released.
+Random selection draws with common random numbers. Each dataset has one secret
+uniform U on [0, 1) (drawn once with the OS CSPRNG, stored, never shown), and an
+RS release of a plan pi is the model at which pi's CDF, over the support ordered
+by model id, first exceeds U. Why this is sound, and what it buys:
+
+- One release: U is uniform and independent of the data and of pi (pi is a
+  function of the mechanisms, or of metrics fixed in advance; a pi read from the
+  models is a point mass charged as the joint release of every model read), so
+  the release is exactly a draw from pi and Theorems 5.1/5.2 give its epsilon.
+- Many releases: the view is (U, theta_{i_1}, ..., theta_{i_k}) with
+  i_j = F_j^{-1}(U). Given U that is a deterministic release of the models
+  {theta_i : i in I(U)}, with I(U) inside the union of the supports, so the whole
+  view is a post-processing of the joint release of that union (Theorem 6.1),
+  which is what the ledger charges, whatever the number of releases. The ledger
+  may not charge less: plans whose CDFs differ enough put different models at U.
+  The per-release epsilon is each release's own guarantee, never the cumulative one.
+- What it buys: plans whose CDFs differ by d select the same model unless U lies
+  within d of a boundary, so requests nudged by 1e-9 (or naming a field the plan
+  ignores, or another candidate set with the same support) show one draw, not
+  one new draw each. Independent draws would let k such requests reveal up to k
+  models of the support at the price the ledger already charges; with CRN k
+  near-identical plans reveal what one draw does.
+
+The ledger itself is in ``service.jobs.ledger``.
 """
 
 from __future__ import annotations
@@ -18,94 +38,69 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.orm import Session
 
 from service import __version__
-from service.accounting import linear_combination as lc
 from service.accounting.conversions import round_up
-from service.accounting.mechanisms import canonical_json, parse_mechanism
-from service.accounting.planning import Plan, PlanRequestSpec, make_plan
+from service.accounting.mechanisms import canonical_json
+from service.accounting.planning import Plan, PlanRequestSpec, default_objective, make_plan
 from service.errors import BudgetExceeded, StorageError
+from service.jobs.ledger import check_cap
 from service.jobs.plans import candidate_rows, candidates_from, uses_lc, validation_evaluator
-from service.jobs.queue import Jobs, profiles_or_pending
+from service.jobs.queue import Jobs
 from service.merging.base import MergeInput
 from service.merging.linear import LinearMerge
-from service.merging.random_selection import draw
+from service.merging.random_selection import select
 from service.merging.registry import METHODS
 from service.registry import repository
 from service.registry.blobs import BlobStore
-from service.registry.models import Dataset, Model, Release, new_id
-
-#: The ledger's delta when a dataset declares no delta cap.
-DEFAULT_LEDGER_DELTA = 1e-5
+from service.registry.exposures import selection_uniform
+from service.registry.models import Model, Release, new_id
 
 MERGE_FOR = {"lc": "linear", "checkpoint_average": "checkpoint_average"}
-
-
-@dataclass
-class LedgerBound:
-    epsilon: float
-    delta: float
-    accountant: str
-    exposed_model_ids: list[str]
-    representatives: list[str]
 
 
 #: a release's output dtype -> its safetensors name
 SAFETENSORS_DTYPE = {"float32": "F32", "bfloat16": "BF16", "float16": "F16"}
 
 
-def ledger_delta(dataset: Dataset) -> float:
-    return dataset.delta_cap or DEFAULT_LEDGER_DELTA
-
-
-def representatives(models: list[Model]) -> list[Model]:
-    """One model per run (its latest checkpoint with verified lineage: every earlier
-    verified checkpoint is a prefix of it, so post-processing of it); models without a
-    run, or whose lineage was not verified, stand alone (independent models)."""
-    by_run: dict[str, Model] = {}
-    alone: list[Model] = []
-    for m in models:
-        if m.lineage_run_id is None or not m.lineage_verified:
-            alone.append(m)
-        else:
-            best = by_run.get(m.lineage_run_id)
-            if best is None or (m.lineage_step or 0) > (best.lineage_step or 0):
-                by_run[m.lineage_run_id] = m
-    return sorted([*by_run.values(), *alone], key=lambda m: m.id)
-
-
-def ledger_bound(
-    *,
-    session: Session,
-    jobs: Jobs,
-    dataset: Dataset,
-    releases: list[tuple[list[str], float, float]],
-) -> LedgerBound:
-    """The cumulative bound of ``releases`` = [(exposed model ids, epsilon, delta)]."""
-    delta = ledger_delta(dataset)
-    exposed = sorted({mid for ids, _, _ in releases for mid in ids})
-    if not exposed:
-        return LedgerBound(0.0, delta, "none", [], [])
-    models = list(repository.models_by_id(session=session, model_ids=exposed).values())
-    reps = representatives(models)
-    profiles = profiles_or_pending(
-        jobs, [(f"model {m.id!r}", parse_mechanism(m.mechanism)) for m in reps]
-    )
-    rdp = lc.joint_epsilon(profiles, delta, "rdp")
-    pld = lc.joint_epsilon(profiles, delta, "pld")
-    eps, used = (pld, "pld") if pld <= rdp else (rdp, "rdp")
-    if len(releases) == 1 and releases[0][2] <= delta and releases[0][1] < eps:
-        eps, used = releases[0][1], "release"
-    return LedgerBound(eps, delta, used, exposed, [m.id for m in reps])
-
-
 def request_hash(
     dataset_id: str, spec: PlanRequestSpec, candidate_ids: list[str], dtype: str | None = None
 ) -> str:
+    """The release's idempotency key: only what can change the plan or the file.
+
+    The objective is resolved (left out or written, the same); the metric fields
+    count only for objective 'metric', the checkpoint fields only for
+    'checkpoint_average'. Near-identical targets still hash apart (they are other
+    plans), and draw with the dataset's common uniform (module doc)."""
+    objective = default_objective(spec)
+    payload: dict[str, Any] = {
+        "v": 2,
+        "dataset_id": dataset_id,
+        "epsilon": spec.epsilon,
+        "delta": spec.delta,
+        "method": spec.method,
+        "accountant": spec.accountant,
+        "objective": objective,
+        "candidates": sorted(candidate_ids),
+        "dtype": dtype,
+    }
+    if objective == "metric":
+        payload.update(
+            metric=spec.metric, metric_goal=spec.metric_goal, metric_source=spec.metric_source
+        )
+    if spec.method == "checkpoint_average" and objective != "validation":
+        payload.update(run_id=spec.run_id, last_k=spec.last_k, ema_decay=spec.ema_decay)
+    return hashlib.sha256(canonical_json(payload).encode()).hexdigest()
+
+
+def legacy_request_hash(
+    dataset_id: str, spec: PlanRequestSpec, candidate_ids: list[str], dtype: str | None = None
+) -> str:
+    """The key releases were stored under before ``request_hash`` was normalised: the
+    same request made then returns its release, and its draw, rather than a new one."""
     payload: dict[str, Any] = {
         "dataset_id": dataset_id,
         "epsilon": spec.epsilon,
@@ -121,7 +116,7 @@ def request_hash(
         "ema_decay": spec.ema_decay,
         "candidates": sorted(candidate_ids),
     }
-    if dtype is not None:  # absent otherwise, so earlier requests keep their hashes
+    if dtype is not None:
         payload["dtype"] = dtype
     return hashlib.sha256(canonical_json(payload).encode()).hexdigest()
 
@@ -154,23 +149,32 @@ def retarget(
     with repository.dataset_lock(session, dataset_id):
         rows = candidate_rows(session=session, dataset_id=dataset_id, model_ids=model_ids)
         candidates = candidates_from(rows, jobs, for_lc=uses_lc(spec))
-        key = request_hash(dataset_id, spec, [c.id for c in candidates], dtype)
-        existing = repository.release_by_request(session=session, request_hash=key)
+        candidate_ids = [c.id for c in candidates]
+        key = request_hash(dataset_id, spec, candidate_ids, dtype)
+        existing = repository.release_by_request(
+            session=session, request_hash=key
+        ) or repository.release_by_request(
+            session=session,
+            request_hash=legacy_request_hash(dataset_id, spec, candidate_ids, dtype),
+        )
         if existing is not None:
             return existing, False
         evaluate = validation_evaluator(blobs=blobs, dataset=dataset, spec=spec, rows=rows)
         plan = make_plan(candidates, spec, evaluate)
         exposed = exposed_by(plan)
-        _check_cap(session, jobs, dataset, plan, exposed)
+        check_cap(session, jobs, dataset, (exposed, plan.epsilon, plan.delta))
         models = repository.models_by_id(session=session, model_ids=plan.weights)
         ordered = sorted(plan.weights)
         release_id = new_id()
         drawn = None
         if plan.method == "rs":
-            # the same request in another dtype is the same draw, never a second one
-            drawn = _earlier_draw(session, dataset_id, spec, [c.id for c in candidates])
+            # common random numbers (module doc): the same plan in another dtype, or a
+            # near-identical one, selects the same model; a request first released
+            # before them keeps its own draw
+            drawn = _legacy_draw(session, dataset_id, spec, candidate_ids)
             if drawn is None:
-                drawn = ordered[draw([plan.weights[m] for m in ordered])]
+                u = selection_uniform(session=session, dataset_id=dataset_id)
+                drawn = ordered[select([plan.weights[m] for m in ordered], u)]
             sha, size = models[drawn].sha256, models[drawn].size_bytes
             if not blobs.exists(sha):
                 raise StorageError(f"the drawn model's weights ({sha}) are missing")
@@ -214,12 +218,13 @@ def retarget(
         return release, True
 
 
-def _earlier_draw(
+def _legacy_draw(
     session: Session, dataset_id: str, spec: PlanRequestSpec, candidate_ids: list[str]
 ) -> str | None:
-    """The model an RS release of this request drew in any output dtype, if there is one."""
+    """The model an RS release of this very request drew, in any output dtype, before
+    draws used the dataset's uniform (``legacy_request_hash``), if there is one."""
     for dtype in (None, *SAFETENSORS_DTYPE):
-        key = request_hash(dataset_id, spec, candidate_ids, dtype)
+        key = legacy_request_hash(dataset_id, spec, candidate_ids, dtype)
         earlier = repository.release_by_request(session=session, request_hash=key)
         if earlier is not None and earlier.drawn_model_id is not None:
             return str(earlier.drawn_model_id)
@@ -233,42 +238,11 @@ def _plan_record(plan: Plan) -> dict[str, Any]:
     return record
 
 
-def _check_cap(
-    session: Session, jobs: Jobs, dataset: Dataset, plan: Plan, exposed: list[str]
-) -> None:
-    if dataset.epsilon_cap is None and dataset.delta_cap is None:
-        return
-    delta = ledger_delta(dataset)
-    if plan.delta > delta:
-        raise BudgetExceeded(
-            f"the release's delta {plan.delta} is above the dataset's delta cap {delta}",
-            delta_cap=delta,
-        )
-    past = [
-        (list(r.exposed_model_ids), r.epsilon, r.delta)
-        for r in repository.list_releases(session=session, dataset_id=dataset.id)
-    ]
-    bound = ledger_bound(
-        session=session,
-        jobs=jobs,
-        dataset=dataset,
-        releases=[*past, (exposed, plan.epsilon, plan.delta)],
-    )
-    cap = dataset.epsilon_cap if dataset.epsilon_cap is not None else math.inf
-    if bound.epsilon > cap:
-        raise BudgetExceeded(
-            f"releasing this would bring the dataset's cumulative guarantee to epsilon "
-            f"{round_up(bound.epsilon)} at delta {delta}, over its cap of {cap}",
-            cumulative_epsilon=round_up(bound.epsilon),
-            epsilon_cap=cap,
-        )
-
-
 def cap_warning(session: Session, jobs: Jobs, dataset_id: str, plan: Plan) -> str | None:
     """Why releasing ``plan`` now would be refused by the dataset's cap, or None."""
     dataset = repository.get_dataset(session=session, dataset_id=dataset_id)
     try:
-        _check_cap(session, jobs, dataset, plan, exposed_by(plan))
+        check_cap(session, jobs, dataset, (exposed_by(plan), plan.epsilon, plan.delta))
     except BudgetExceeded as exc:
         return str(exc)
     return None

@@ -1,4 +1,9 @@
-"""Random selection: one model drawn with the plan's probabilities, by a CSPRNG."""
+"""Random selection: one model drawn with the plan's probabilities.
+
+``draw`` uses a fresh CSPRNG uniform; ``select`` inverts the plan's CDF at a given
+uniform, which releases use with one secret uniform per dataset (common random
+numbers, ``service.jobs.releases``): plans whose probabilities differ slightly then
+select the same model."""
 
 from __future__ import annotations
 
@@ -27,6 +32,28 @@ def draw(weights: Sequence[float]) -> int:
             if u < acc:
                 return i
     return last
+
+
+def select(weights: Sequence[float], u: float) -> int:
+    """The index whose cumulative share of ``weights`` first exceeds ``u`` (inverse CDF).
+
+    For u uniform on [0, 1) index i comes out with probability weights[i] / sum; two
+    weight vectors whose cumulative sums differ by at most d give the same index
+    unless u lies within d of one of their boundaries."""
+    total = float(sum(weights))
+    if total <= 0 or any(w < 0 for w in weights):
+        raise InvalidInput(f"weights must be non-negative with a positive sum, got {weights}")
+    if not 0.0 <= u < 1.0:
+        raise InvalidInput(f"u must be in [0, 1), got {u}")
+    acc = 0.0
+    last = 0
+    for i, w in enumerate(weights):
+        if w > 0:
+            last = i
+            acc += w
+            if u * total < acc:
+                return i
+    return last  # u * total rounded past the last boundary: the last positive weight
 
 
 class RandomSelection(MergeMethod):

@@ -2,8 +2,11 @@
 
 A key is ``rt_`` + 43 URL-safe characters (256 random bits), so a plain sha256
 is enough to store it: there is nothing to brute-force. Scopes:
-``admin`` (everything), ``publish`` (datasets and models), ``release``
-(retarget, deployments), ``read`` (every GET and dry-run plans).
+``admin`` (everything), ``publish`` (datasets and models; dry-run plans scored
+by the models themselves), ``release`` (retarget, deployments), ``read`` (every
+GET but raw model weights, and dry-run plans from the mechanisms),
+``models:download`` (raw weights of registered models: private inputs, each
+download charged to the dataset's ledger).
 """
 
 from __future__ import annotations
@@ -18,9 +21,20 @@ from sqlalchemy.orm import Session
 from service.errors import InvalidInput, NotFound
 from service.registry.models import ApiKey
 
-__all__ = ["SCOPES", "ApiKey", "count_keys", "create_key", "find_key", "list_keys", "revoke_key"]
+__all__ = [
+    "DOWNLOAD_SCOPE",
+    "SCOPES",
+    "ApiKey",
+    "count_keys",
+    "create_key",
+    "find_key",
+    "list_keys",
+    "revoke_key",
+]
 
-SCOPES = ("admin", "publish", "release", "read")
+#: raw weights of registered models (every download is charged to the ledger)
+DOWNLOAD_SCOPE = "models:download"
+SCOPES = ("admin", "publish", "release", "read", DOWNLOAD_SCOPE)
 
 
 def hash_key(key: str) -> str:

@@ -154,6 +154,45 @@ class Release(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
+class Exposure(Base):
+    """Private models seen outside a release, charged by the ledger like the models a
+    release exposes: a raw download of a registered model (``download``) or a dry-run
+    plan whose answer was computed from the models themselves (``scored_plan``). One
+    row per (kind, models, API key); ``count`` says how often it happened."""
+
+    __tablename__ = "exposures"
+    __table_args__ = (Index("ix_exposures_dataset_subject", "dataset_id", "subject"),)
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    dataset_id: Mapped[str] = mapped_column(ForeignKey("datasets.id", ondelete="RESTRICT"))
+    #: download | scored_plan
+    kind: Mapped[str] = mapped_column(String(32))
+    model_ids: Mapped[list[Any]] = mapped_column(JSON)
+    #: sha256 of (kind, sorted model ids, key id): the row a repeat increments
+    subject: Mapped[str] = mapped_column(String(64))
+    key_id: Mapped[str | None] = mapped_column(String(36))
+    key_name: Mapped[str] = mapped_column(String(200))
+    count: Mapped[int] = mapped_column(Integer, default=1)
+    #: what was asked (a scored plan's objective and target), for the audit trail
+    detail: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    first_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    last_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class SelectionUniform(Base):
+    """The secret uniform on [0, 1) that every random selection of a dataset inverts its
+    CDF at (common random numbers: service.jobs.releases). Drawn once with the OS
+    CSPRNG; never shown."""
+
+    __tablename__ = "selection_uniforms"
+
+    dataset_id: Mapped[str] = mapped_column(
+        ForeignKey("datasets.id", ondelete="RESTRICT"), primary_key=True
+    )
+    u: Mapped[float] = mapped_column(Float)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
 class ApiKey(Base):
     """An API key: random, shown once, stored as the sha256 of the whole key."""
 

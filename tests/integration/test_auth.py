@@ -95,3 +95,16 @@ def test_auth_can_be_switched_off(tmp_path, backend: Backend) -> None:
     settings = Settings(data_dir=tmp_path, database_url=backend.url, auth=False, auto_migrate=False)
     with TestClient(create_app(settings, session_factory=backend.session_factory)) as c:
         assert c.get("/v1/datasets").status_code == 200
+
+
+def test_the_download_scope_is_known_to_the_api_and_the_cli(client: TestClient) -> None:
+    from service.cli import build_parser
+
+    assert "models:download" in SCOPES
+    created = client.post("/v1/keys", json={"name": "dl", "scopes": ["models:download"]})
+    assert created.status_code == 201 and created.json()["scopes"] == ["models:download"]
+    args = build_parser().parse_args(["keys", "create", "--scope", "models:download"])
+    assert args.scope == ["models:download"]
+    downloader = {"Authorization": f"Bearer {created.json()['key']}"}
+    # the download scope is for raw weights only: nothing else is readable with it
+    assert client.get("/v1/datasets", headers=downloader).status_code == 403

@@ -22,7 +22,7 @@ from service.accounting.mechanisms import parse_mechanism
 from service.api.routes.plans import RECENT as RECENT_PLANS
 from service.config import Settings
 from service.errors import InvalidInput
-from service.jobs.releases import representatives
+from service.jobs.ledger import representatives
 from service.registry import repository
 from service.registry.blobs import LocalBlobStore
 from service.registry.db import make_engine, make_sessionmaker

@@ -372,3 +372,64 @@ def test_concurrent_different_requests_never_overdraw_the_cap(
     ledger = shared.get(f"/v1/datasets/{ds}/ledger").json()
     assert ledger["cumulative"]["epsilon"] <= 1.5
     assert len(ledger["releases"]) == codes.count(201)
+
+
+# ---- RS redraws (issue 18): common random numbers and a normalised request hash ----------
+
+
+def drawn_sha(client: TestClient, body: dict) -> tuple[str, dict]:
+    resp = client.post("/v1/retarget", json=body)
+    assert resp.status_code in (200, 201), resp.text
+    return resp.json()["sha256"], resp.json()
+
+
+def test_twelve_rs_retargets_a_nanoepsilon_apart_release_the_same_model(
+    client: TestClient, three: dict
+) -> None:
+    """The attack: nudge epsilon by 1e-9 per request. At this target RS mixes two models
+    about 37/63: with a fresh draw each time, 12 requests show both with probability
+    0.996."""
+    body = {
+        "dataset_id": three["dataset"],
+        "epsilon": 2.0,
+        "delta": 1e-5,
+        "method": "rs",
+        "accountant": "pld",
+        "objective": "noise",
+    }
+    sha, first = drawn_sha(client, body)
+    mix = sorted(w["weight"] for w in first["weights"])
+    assert len(mix) >= 2 and mix[-2] > 0.3, mix  # a real mix: a redraw would show
+    releases = {first["release_id"]}
+    for k in range(1, 12):
+        got, release = drawn_sha(client, {**body, "epsilon": 2.0 + k * 1e-9})
+        assert got == sha, k
+        releases.add(release["release_id"])
+    assert len(releases) == 12  # twelve plans, twelve releases, one draw
+    ledger = client.get(f"/v1/datasets/{three['dataset']}/ledger").json()
+    # the ledger charges every model the draws could have shown: the supports
+    assert set(ledger["exposed_model_ids"]) == {w["model_id"] for w in first["weights"]}
+
+
+def test_fields_the_plan_ignores_return_the_same_release(client: TestClient, three: dict) -> None:
+    body = {
+        "dataset_id": three["dataset"],
+        "epsilon": 1.2,
+        "delta": 1e-5,
+        "method": "rs",
+        "accountant": "pld",
+    }
+    first = client.post("/v1/retarget", json=body)
+    assert first.status_code == 201
+    for extra in (
+        {"objective": "noise"},  # the default, written out
+        {"metric_source": "prior"},  # read only by objective 'metric'
+        {"metric_goal": "min"},
+        {"last_k": 7, "ema_decay": 0.5},  # read only by checkpoint_average
+        {"model_ids": list(reversed(three["ids"]))},  # the same candidates
+    ):
+        again = client.post("/v1/retarget", json={**body, **extra})
+        assert again.status_code == 200, (extra, again.text)
+        assert again.json()["release_id"] == first.json()["release_id"]
+    other = client.post("/v1/retarget", json={**body, "accountant": "rdp"})
+    assert other.status_code == 201  # another plan: another release (same uniform)

@@ -62,3 +62,29 @@ def test_validation_objective_below_every_model_is_infeasible(three) -> None:
     with pytest.raises(InfeasibleTarget) as info:
         make_plan(three, spec(smallest * 0.5), lambda w: 0.5)
     assert info.value.extra["min_epsilon"] >= smallest
+
+
+def test_a_validation_plan_scores_only_models_its_guarantee_covers() -> None:
+    """Two models that each meet the target alone but not together: scoring both and
+    keeping the better would make the answer a function of both, whose joint release
+    breaks the target. Only one set, chosen from the mechanisms, may be scored."""
+    twins = [candidate("x", 1.6), candidate("y", 1.6)]
+    alone = min(twins[0].profile.epsilon(1e-5, acc) for acc in ("rdp", "pld"))
+    together = min(lc.joint_epsilon([c.profile for c in twins], 1e-5, a) for a in ("rdp", "pld"))
+    assert together > alone * 1.05
+    target = (alone + together) / 2
+    for better in ("x", "y"):  # whichever scores better, the answer may read only one
+        seen: list[dict[str, float]] = []
+
+        def evaluate(weights: dict[str, float], better: str = better, seen: list = seen) -> float:
+            seen.append(weights)
+            return weights.get(better, 0.0)
+
+        plan = make_plan(twins, spec(target), evaluate)
+        exposed = set(plan.exposed or [])
+        assert {m for w in seen for m in w} <= exposed
+        covered = min(
+            lc.joint_epsilon([c.profile for c in twins if c.id in exposed], 1e-5, acc)
+            for acc in ("rdp", "pld")
+        )
+        assert plan.epsilon == pytest.approx(covered) and covered <= target

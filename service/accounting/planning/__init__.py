@@ -48,6 +48,21 @@ def default_objective(spec: PlanRequestSpec) -> str:
     return "metric" if spec.metric and spec.method == "rs" else "noise"
 
 
+def reads_models(spec: PlanRequestSpec) -> bool:
+    """Whether the plan's answer is computed from the models themselves, not only from
+    their mechanisms: weights scored on the validation split (forward passes through
+    every model scored) or a selection read from the models' own metrics
+    (``metric_source: "models"``). Such an answer, dry run or not, is a function of
+    every model read, so it exposes them (Theorem 6.1 bounds it by their joint
+    release); the default objective, 'noise', reads the mechanisms only."""
+    objective = default_objective(spec)
+    if objective == "validation":
+        return True
+    return (
+        objective == "metric" and spec.metric_source == "models" and spec.method in ("rs", "auto")
+    )
+
+
 def make_plan(
     candidates: list[Candidate], spec: PlanRequestSpec, evaluate: Evaluate | None = None
 ) -> Plan:
@@ -79,4 +94,5 @@ __all__ = [
     "lc_candidates",
     "make_plan",
     "noise_variance",
+    "reads_models",
 ]

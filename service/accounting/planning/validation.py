@@ -8,6 +8,13 @@ post-processing of the joint release of every model that was scored
 of models whose joint release meets the target, then searches lambda over the
 simplex on S for the best validation accuracy; any lambda on S, however it is
 chosen, keeps S's guarantee, and the release exposes all of S in the ledger.
+
+S is chosen from the mechanisms alone (the largest feasible set, then the
+smallest joint epsilon), and only S is scored. Scoring several candidate sets
+and keeping the most accurate would make the answer a function of every model
+in their union, and the union of two different maximal feasible sets is itself
+infeasible (else a larger feasible set would contain both): no bound at the
+target would cover it.
 """
 
 from __future__ import annotations
@@ -60,15 +67,11 @@ def plan_validation(
     subsets, min_seen = maximal_feasible_subsets(kept, spec)
     if not subsets:
         raise infeasible(spec, min_seen, "no set of models (joint release)")
+    # one set, chosen from the mechanisms only: every model scored is in it (module doc)
+    idx, eps, used = subsets[0]
     variances = np.array([noise_variance(c.mechanism) or 0.0 for c in kept])
     search = _Search(kept, evaluate, variances)
-    best: tuple[tuple[float, float], NDArray, list[int], float, str] | None = None
-    for idx, eps, used in subsets:
-        lam, key = search.best_on(idx)
-        if best is None or key > best[0]:
-            best = (key, lam, idx, eps, used)
-    assert best is not None
-    (accuracy, _), lam, idx, eps, used = best
+    lam, (accuracy, _) = search.best_on(idx)
     scored = [kept[i].id for i in idx]
     return Plan(
         method="lc",

@@ -1,11 +1,14 @@
 from __future__ import annotations
 
+from typing import Annotated
+
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
+from service.api.context import Principal
 from service.api.deps import ContextDep, JobsDep, require
 from service.api.schemas import JobPublic, Problem
-from service.errors import NotFound
+from service.errors import Forbidden, NotFound
 from service.jobs import outbox
 from service.jobs.queue import JobInfo, Jobs
 
@@ -49,13 +52,18 @@ def pending_response(jobs: list[JobInfo]) -> JSONResponse:
 @router.get(
     "/{job_id}",
     operation_id="jobs_get",
-    dependencies=[require("read")],
     response_model=JobPublic,
-    responses={404: {"model": Problem}},
+    responses={403: {"model": Problem}, 404: {"model": Problem}},
 )
-def get_job(job_id: str, jobs: JobsDep, ctx: ContextDep) -> JobPublic:
+def get_job(
+    job_id: str, jobs: JobsDep, ctx: ContextDep, who: Annotated[Principal, require("read")]
+) -> JobPublic:
     """An accounting, plan or deployment (``outbox-...``) job's state; a failed job keeps
-    its error, a finished plan job holds the plan in ``result``."""
+    its error, a finished plan job holds the plan in ``result``. The job of a plan scored
+    by the models needs what that plan needs (scope ``publish``)."""
     if ctx.plan_jobs.owns(job_id):
+        scope = ctx.plan_jobs.scope_of(job_id)
+        if scope is not None and not who.can(scope):
+            raise Forbidden(f"this job computes a plan scored by the models: scope {scope!r}")
         return job_public(ctx.plan_jobs.get(job_id))
     return job_public(outbox.find_job(ctx.session_factory, jobs, job_id))

@@ -17,10 +17,10 @@ from service.accounting.conversions import round_up
 from service.accounting.cost import refusal
 from service.accounting.mechanisms import error_messages, parse_mechanism
 from service.accounting.profiles import ACCOUNTANTS
-from service.api.blob_responses import WEIGHTS_RESPONSES, blob_response
+from service.api.blob_responses import WEIGHTS_RESPONSES, blob_response, not_modified
+from service.api.context import Principal
 from service.api.deps import (
     AppContext,
-    BlobsDep,
     ContextDep,
     JobsDep,
     Limit,
@@ -45,15 +45,18 @@ from service.errors import (
     PayloadTooLarge,
     ProfilesPending,
     ProfileTooCostly,
+    StorageError,
     Unsupported,
 )
 from service.formats.streams import iter_file
 from service.jobs.claims import apply_claim_checks
+from service.jobs.ledger import expose
 from service.jobs.plans import lc_released
 from service.jobs.profiles import cost_limits
 from service.jobs.queue import profiles_or_pending
 from service.registry import repository
 from service.registry.db import session_scope
+from service.registry.keys import DOWNLOAD_SCOPE
 from service.registry.models import Model
 
 log = logging.getLogger(__name__)
@@ -263,16 +266,44 @@ def get_model(model_id: str, session: SessionDep) -> ModelPublic:
 @router.get(
     "/{model_id}/weights",
     operation_id="models_download",
-    dependencies=[require("read")],
     response_class=Response,
-    responses={**WEIGHTS_RESPONSES, 404: {"model": Problem}},
+    responses={
+        **WEIGHTS_RESPONSES,
+        202: {"model": PendingPublic, "description": "the model's profile is being computed"},
+        404: {"model": Problem},
+        409: {"model": Problem, "description": "the download would break the dataset's cap"},
+    },
 )
 def get_model_weights(
-    model_id: str, request: Request, session: SessionDep, blobs: BlobsDep
+    model_id: str,
+    request: Request,
+    ctx: ContextDep,
+    who: Annotated[Principal, require(DOWNLOAD_SCOPE)],
 ) -> Response:
-    model = repository.get_model(session=session, model_id=model_id)
-    filename = f"{model.name}-v{model.version}.safetensors"
-    return blob_response(request, blobs, model.sha256, filename)
+    """The registered model's raw weights: a private input, exposed exactly as an RS
+    release of this model alone would expose it. Scope ``models:download``; every
+    download (not a 304) is recorded in the dataset's ledger as an exposure of this
+    model, and refused with 409 when the ledger's bound would then break the cap."""
+    try:
+        with session_scope(ctx.session_factory) as session:
+            model = repository.get_model(session=session, model_id=model_id)
+            sha, dataset_id = model.sha256, model.dataset_id
+            filename = f"{model.name}-v{model.version}.safetensors"
+            if not not_modified(request, sha):
+                if not ctx.blobs.exists(sha):
+                    raise StorageError(f"blob {sha} is missing from the store")
+                expose(
+                    session=session,
+                    jobs=ctx.jobs,
+                    dataset_id=dataset_id,
+                    kind="download",
+                    model_ids=[model_id],
+                    key_id=who.key_id,
+                    key_name=who.name,
+                )
+    except ProfilesPending as exc:
+        return pending_response([job_or_queued(ctx.jobs, j) for j in exc.job_ids])
+    return blob_response(request, ctx.blobs, sha, filename)
 
 
 DeltaQuery = Annotated[float, Query(gt=0, lt=1, allow_inf_nan=False)]

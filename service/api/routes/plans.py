@@ -3,13 +3,15 @@ from __future__ import annotations
 import math
 import threading
 import time
+from typing import Annotated, Any
 
 from fastapi import APIRouter
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
 from service.accounting.conversions import round_up
-from service.accounting.planning import Plan, PlanRequestSpec
+from service.accounting.planning import Plan, PlanRequestSpec, reads_models
+from service.api.context import Principal
 from service.api.deps import ContextDep, require
 from service.api.routes.jobs import job_or_queued, job_public, pending_response
 from service.api.schemas import (
@@ -21,7 +23,8 @@ from service.api.schemas import (
     PlanWeight,
     Problem,
 )
-from service.errors import InvalidInput, ProfilesPending
+from service.errors import Forbidden, InvalidInput, ProfilesPending
+from service.jobs.ledger import expose
 from service.jobs.plans import guarantee_for, plan_for
 from service.jobs.queue import JobInfo
 from service.jobs.releases import cap_warning, exposed_by
@@ -123,20 +126,33 @@ def spec_from(body: PlanRequest) -> PlanRequestSpec:
 @router.post(
     "",
     operation_id="plans_create",
-    dependencies=[require("read")],
     response_model=PlanPublic,
     responses={
         202: {
             "model": PendingPublic,
             "description": "profiles are being computed, or the plan is computed as a job",
         },
+        403: {
+            "model": Problem,
+            "description": "a plan scored by the models themselves needs scope 'publish'",
+        },
         404: {"model": Problem},
+        409: {"model": Problem, "description": "a scored plan would break the dataset's cap"},
         422: {"model": Problem},
         503: {"model": Problem},
     },
 )
-async def create_plan(body: PlanRequest, ctx: ContextDep) -> PlanPublic | JSONResponse:
-    """A dry run: the best RS or LC plan for the target. Costs no privacy.
+async def create_plan(
+    body: PlanRequest, ctx: ContextDep, who: Annotated[Principal, require("read")]
+) -> PlanPublic | JSONResponse:
+    """A dry run: the best RS or LC plan for the target.
+
+    A plan from the mechanisms (the default objective, 'noise', or a metric with
+    ``metric_source: "prior"``) costs no privacy. A plan computed from the models
+    themselves (objective 'validation', or a metric with ``metric_source:
+    "models"``) is a function of every model it read: it needs scope ``publish``
+    (403 otherwise) and is recorded in the dataset's ledger as an exposure of those
+    models, refused with 409 when that would break the dataset's cap.
 
     An unreachable target is a 422 whose ``min_epsilon`` is the smallest epsilon
     reachable at that delta; a method the models do not support is a 422 with
@@ -145,8 +161,16 @@ async def create_plan(body: PlanRequest, ctx: ContextDep) -> PlanPublic | JSONRe
     once it is done, gets its answer.
     """
     spec = spec_from(body)
-    key = body.model_dump_json()
-    if spec.objective != "validation":
+    scored = reads_models(spec)
+    if scored and not who.can("publish"):
+        raise Forbidden(
+            "this plan is computed from the models themselves (objective 'validation', or "
+            "a metric with metric_source 'models'): its answer exposes them, so it needs "
+            "an API key with scope 'publish' and is recorded in the dataset's ledger"
+        )
+    # a scored answer is recorded once per key: never served from another key's request
+    key = body.model_dump_json() + (f"#{who.key_id}" if scored else "")
+    if not scored:
         hit = RECENT.get(key)
         if hit is not None:
             return hit
@@ -168,24 +192,53 @@ async def create_plan(body: PlanRequest, ctx: ContextDep) -> PlanPublic | JSONRe
                     model_ids=body.model_ids,
                     spec=spec,
                 )
+                if scored:
+                    expose(
+                        session=session,
+                        jobs=ctx.jobs,
+                        dataset_id=body.dataset_id,
+                        kind="scored_plan",
+                        model_ids=exposed_by(plan),
+                        key_id=who.key_id,
+                        key_name=who.name,
+                        detail=scored_detail(spec, plan),
+                    )
                 warning = cap_warning(session, ctx.jobs, body.dataset_id, plan)
         except ProfilesPending as exc:
             return pending_response([job_or_queued(ctx.jobs, j) for j in exc.job_ids])
         public = to_public(plan, body.epsilon)
         if warning is not None:
             public.warnings.append(warning)
-        if spec.objective != "validation":
+        if not scored:
             RECENT.put(key, public)
         return public
 
     budget = ctx.settings.plan_request_budget_s
     answer, job = await run_in_threadpool(
-        ctx.plan_jobs.run, key, run, budget, lambda v: isinstance(v, PlanPublic)
+        ctx.plan_jobs.run,
+        key,
+        run,
+        budget,
+        lambda v: isinstance(v, PlanPublic),
+        "publish" if scored else None,
     )
     if job is not None:
         return plan_job_response(job)
     result: PlanPublic | JSONResponse = answer
     return result
+
+
+def scored_detail(spec: PlanRequestSpec, plan: Plan) -> dict[str, Any]:
+    """What a scored plan asked and answered, for the ledger's audit trail."""
+    return {
+        "objective": plan.objective,
+        "method": spec.method,
+        "metric": spec.metric,
+        "epsilon": spec.epsilon,
+        "delta": spec.delta,
+        "plan_epsilon": round_up(plan.epsilon),
+        "bound": plan.bound,
+    }
 
 
 def plan_job_response(job: JobInfo) -> JSONResponse:

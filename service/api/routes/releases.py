@@ -12,6 +12,7 @@ from service.api.routes.jobs import job_or_queued, pending_response
 from service.api.routes.plans import spec_from, to_public
 from service.api.schemas import (
     CumulativePublic,
+    ExposurePublic,
     LedgerPublic,
     PendingPublic,
     PlanWeight,
@@ -20,9 +21,11 @@ from service.api.schemas import (
     RetargetRequest,
 )
 from service.errors import ProfilesPending
+from service.jobs import ledger
 from service.jobs import releases as release_service
 from service.registry import repository
 from service.registry.db import session_scope
+from service.registry.exposures import list_exposures
 from service.registry.models import Release
 
 router = APIRouter(tags=["releases"])
@@ -70,9 +73,12 @@ def release_public(release: Release) -> ReleasePublic:
 async def retarget(body: RetargetRequest, request: Request, ctx: ContextDep) -> Response:
     """Plan and release a model for the target; costs privacy and is recorded in the ledger.
 
-    The same request (dataset, target, method, candidates) returns the same release
-    (200), never a new random draw. With ``Accept: application/octet-stream`` the
-    merged safetensors file is streamed instead of the JSON.
+    The same request (what can change the plan: dataset, target, method, accountant,
+    objective and the fields it reads, candidates, dtype) returns the same release
+    (200); random selection uses the dataset's one secret uniform, so a
+    near-identical request selects the same model rather than drawing again. With
+    ``Accept: application/octet-stream`` the merged safetensors file is streamed
+    instead of the JSON.
     """
     spec = spec_from(body)
 
@@ -146,28 +152,31 @@ def get_release_weights(
 )
 def get_ledger(dataset_id: str, ctx: ContextDep) -> LedgerPublic | JSONResponse:
     """What the outside world has seen of the dataset, bounded by the joint release of
-    every model the releases exposed (Theorem 6.1), against the dataset's cap."""
+    every model the releases, raw downloads and scored plans exposed (Theorem 6.1),
+    against the dataset's cap."""
     try:
         with session_scope(ctx.session_factory) as session:
             dataset = repository.get_dataset(session=session, dataset_id=dataset_id)
             rows = repository.list_releases(session=session, dataset_id=dataset_id)
-            bound = release_service.ledger_bound(
+            exposures = list_exposures(session=session, dataset_id=dataset_id)
+            bound = ledger.ledger_bound(
                 session=session,
                 jobs=ctx.jobs,
                 dataset=dataset,
-                releases=[(list(r.exposed_model_ids), r.epsilon, r.delta) for r in rows],
+                releases=ledger.ledger_entries(session, dataset_id),
             )
             return LedgerPublic(
                 dataset_id=dataset.id,
                 releases=[release_public(r) for r in rows],
+                exposures=[
+                    ExposurePublic.model_validate(e, from_attributes=True) for e in exposures
+                ],
                 exposed_model_ids=bound.exposed_model_ids,
                 cumulative=CumulativePublic(
                     epsilon=round_up(bound.epsilon), delta=bound.delta, accountant=bound.accountant
                 ),
                 epsilon_cap=dataset.epsilon_cap,
-                delta_cap=release_service.ledger_delta(dataset)
-                if dataset.epsilon_cap is not None
-                else None,
+                delta_cap=ledger.ledger_delta(dataset) if dataset.epsilon_cap is not None else None,
             )
     except ProfilesPending as exc:
         return pending_response([job_or_queued(ctx.jobs, j) for j in exc.job_ids])

@@ -34,6 +34,7 @@ from service.api.schemas.registry import (
 )
 from service.api.schemas.releases import (
     CumulativePublic,
+    ExposurePublic,
     LedgerPublic,
     ReleasePublic,
     RetargetRequest,
@@ -54,6 +55,7 @@ __all__ = [
     "DeploymentsPublic",
     "Epsilon",
     "EpsilonPublic",
+    "ExposurePublic",
     "GuaranteePublic",
     "GuaranteeRequest",
     "GuaranteeWeight",

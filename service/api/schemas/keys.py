@@ -9,10 +9,13 @@ from pydantic import BaseModel, Field
 
 from service.api.schemas.common import In, Name
 
+#: every scope a key may carry (service.registry.keys.SCOPES)
+Scope = Literal["admin", "publish", "release", "read", "models:download"]
+
 
 class KeyCreate(In):
     name: Name
-    scopes: list[Literal["admin", "publish", "release", "read"]] = Field(min_length=1)
+    scopes: list[Scope] = Field(min_length=1)
 
 
 class KeyPublic(BaseModel):

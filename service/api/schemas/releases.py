@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, StringConstraints
 
@@ -43,9 +43,31 @@ class CumulativePublic(BaseModel):
     accountant: str = Field(description="pld | rdp (joint release) | release | none")
 
 
+class ExposurePublic(BaseModel):
+    """Private models shown outside a release, charged like the models a release exposes."""
+
+    id: str
+    kind: Literal["download", "scored_plan"] = Field(
+        description="download: raw weights of a registered model (scope models:download); "
+        "scored_plan: a dry-run plan computed from the models themselves"
+    )
+    model_ids: list[str]
+    key_name: str = Field(description="the API key that asked")
+    count: int = Field(
+        description="how many times this key was shown these models (an identical plan "
+        "answered again from the plan cache is not counted again)"
+    )
+    detail: dict[str, Any]
+    first_at: datetime
+    last_at: datetime
+
+
 class LedgerPublic(BaseModel):
     dataset_id: str
     releases: list[ReleasePublic]
+    exposures: list[ExposurePublic] = Field(
+        description="raw downloads and scored dry-run plans, charged through their models"
+    )
     exposed_model_ids: list[str]
     cumulative: CumulativePublic
     epsilon_cap: float | None

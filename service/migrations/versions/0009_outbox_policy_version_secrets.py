@@ -21,7 +21,7 @@ from alembic import op
 from service.registry.models import UTCDateTime
 
 revision: str = "0009"
-down_revision: str | None = "0007"
+down_revision: str | None = "0008"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
