@@ -316,21 +316,19 @@ class RQJobs:
         job_id: str | None = None,
         delay_s: float = 0.0,
     ) -> JobInfo:
-        """Queue it (``delay_s``: in RQ's scheduled registry, moved to the queue when due
-        by the worker's scheduler). Outbox attempts carry no RQ retry: the outbox
-        schedules its own."""
-        options: dict[str, Any] = {
-            "kwargs": kwargs,
-            "job_id": job_id,
-            "job_timeout": self.settings.job_timeout_s,
-            "result_ttl": 7 * 24 * 3600,
-            "failure_ttl": 7 * 24 * 3600,
-            "retry": Retry(max=self.settings.job_retries, interval=[0, 10, 60])
-            if self.settings.job_retries and kind != "outbox"
-            else None,
-            "on_failure": Callback(on_failure),
-            "meta": {"kind": kind},
-        }
+        """Queue it (``delay_s``: RQ's schedule, queued when due by a worker's scheduler).
+        Outbox attempts carry no RQ retry: the outbox schedules its own."""
+        retries = self.settings.job_retries if kind != "outbox" else 0
+        options: dict[str, Any] = dict(
+            kwargs=kwargs,
+            job_id=job_id,
+            job_timeout=self.settings.job_timeout_s,
+            result_ttl=7 * 24 * 3600,
+            failure_ttl=7 * 24 * 3600,
+            retry=Retry(max=retries, interval=[0, 10, 60]) if retries else None,
+            on_failure=Callback(on_failure),
+            meta={"kind": kind},
+        )
         try:
             if delay_s > 0:
                 job = self.queue.enqueue_in(timedelta(seconds=delay_s), self.tasks[kind], **options)
