@@ -120,7 +120,9 @@ def test_dashboard_pages_and_plan_explorer(server: tuple[str, Path], browser: Br
     page.click("text=logreg-sigma0.8")
     page.wait_for_load_state("networkidle")
     assert images_loaded(page)
-    assert "download weights" in page.inner_text("main")
+    # a read key sees that raw weights exist, never a link to them (models:download only)
+    assert "raw weights: scope models:download only" in page.inner_text("main")
+    assert page.locator("a[href$='/weights']").count() == 0
     assert "(lineage verified)" in page.inner_text("main")
     shoot(page, "04-model")
 
