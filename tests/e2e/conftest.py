@@ -40,7 +40,8 @@ def live_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str
     """One `retarget serve` shared by a module's tests: (base URL, admin key)."""
     folder = tmp_path_factory.mktemp("live")
     port = free_port()
-    env = service_env(RETARGET_DATA_DIR=str(folder / "data"))
+    # the interactive API pages are off by default; this service shows them (RETARGET_DOCS)
+    env = service_env(RETARGET_DATA_DIR=str(folder / "data"), RETARGET_DOCS="true")
     proc = subprocess.Popen(
         [sys.executable, "-m", "service.cli", "serve", "--port", str(port)],
         env=env,

@@ -4,6 +4,7 @@ evaluate, through the HTTP API of a service on its embedded defaults (tiny setti
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -95,8 +96,12 @@ def test_demo_key_opens_the_dashboard(demo: tuple[Path, list[str]]) -> None:
     # the data the demo left behind, served again, accepts the printed key
     settings = Settings(data_dir=tmp_path / "service-data", database_url=None, redis_url=None)
     with TestClient(create_app(settings), follow_redirects=False) as http:
-        assert http.post("/admin/login", data={"key": "rt_wrong"}).status_code == 200
-        resp = http.post("/admin/login", data={"key": key})
+        form = http.get("/admin/login")
+        token = re.search(r'name="csrf" value="([^"]+)"', form.text)
+        assert token is not None
+        wrong = http.post("/admin/login", data={"key": "rt_wrong", "csrf": token.group(1)})
+        assert wrong.status_code == 200 and "unknown, revoked" in wrong.text
+        resp = http.post("/admin/login", data={"key": key, "csrf": token.group(1)})
         assert resp.status_code == 303 and resp.headers["location"] == "/admin"
         page = http.get("/admin")
         assert page.status_code == 200 and "digits" in page.text

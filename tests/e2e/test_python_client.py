@@ -233,6 +233,7 @@ def test_a_generated_client_works_against_the_service(
 
 
 def test_the_docs_pages_are_served_from_packaged_files(live_service: tuple[str, str]) -> None:
+    """With ``RETARGET_DOCS=true`` (the live service sets it), no CDN is needed."""
     base, _ = live_service
     docs = httpx.get(f"{base}/docs")
     assert docs.status_code == 200 and "/docs-assets/swagger-ui-bundle.js" in docs.text
