@@ -19,10 +19,13 @@ KEY_COLUMNS = ("id", "name", "prefix", "scopes", "created_at", "revoked_at")
 
 
 class Scope(StrEnum):
+    """The service's scopes (service.registry.keys.SCOPES, which a test holds this to)."""
+
     admin = "admin"
     publish = "publish"
     release = "release"
     read = "read"
+    models_download = "models:download"
 
 
 Remote = Annotated[

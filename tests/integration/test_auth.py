@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
@@ -97,14 +98,25 @@ def test_auth_can_be_switched_off(tmp_path, backend: Backend) -> None:
         assert c.get("/v1/datasets").status_code == 200
 
 
-def test_the_download_scope_is_known_to_the_api_and_the_cli(client: TestClient) -> None:
-    from service.cli import build_parser
+def test_the_download_scope_is_known_to_the_api_and_the_cli(
+    client: TestClient, tmp_path: Path
+) -> None:
+    from typer.testing import CliRunner
+
+    from service.cli import app
+    from service.cli.keys_cmds import Scope
 
     assert "models:download" in SCOPES
     created = client.post("/v1/keys", json={"name": "dl", "scopes": ["models:download"]})
     assert created.status_code == 201 and created.json()["scopes"] == ["models:download"]
-    args = build_parser().parse_args(["keys", "create", "--scope", "models:download"])
-    assert args.scope == ["models:download"]
+    assert sorted(s.value for s in Scope) == sorted(SCOPES)
+    # the CLI accepts the scope (and would refuse an unknown one with a usage error)
+    runner = CliRunner()
+    assert runner.invoke(app, ["keys", "create", "--scope", "nope"]).exit_code == 2
+    env = {"RETARGET_DATA_DIR": str(tmp_path), "RETARGET_DATABASE_URL": ""}
+    made = runner.invoke(app, ["keys", "create", "--scope", "models:download", "--create"], env=env)
+    assert made.exit_code == 0, made.output
+    assert "models:download" in made.output
     downloader = {"Authorization": f"Bearer {created.json()['key']}"}
     # the download scope is for raw weights only: nothing else is readable with it
     assert client.get("/v1/datasets", headers=downloader).status_code == 403

@@ -295,7 +295,7 @@ def test_callbacks_to_internal_addresses_are_refused_at_creation(
     resp = calls.post("/v1/deployments", json=body)
     assert resp.status_code == 422, resp.text
     assert "SECRET-TOKEN" not in resp.text
-    assert calls.get("/v1/deployments").json() == []
+    assert calls.get("/v1/deployments").json()["data"] == []
 
 
 def test_a_name_resolving_to_loopback_at_delivery_is_not_called(
