@@ -38,7 +38,7 @@ smoke: install-runtime
 	$(BIN)/retarget selftest
 
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 lint: install
 	$(BIN)/ruff format --check service tests benchmarks

@@ -22,6 +22,14 @@ from service.registry.db import make_engine
 from service.registry.keys import create_key
 from service.registry.migrate import upgrade
 
+# Under pytest-xdist each worker has its own Postgres database (postgres_url below) and
+# its own Redis database for the tests that share the server's Redis.
+_XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _XDIST_WORKER.startswith("gw"):
+    os.environ.setdefault(
+        "RETARGET_TEST_REDIS_URL", f"redis://127.0.0.1:6379/{15 - int(_XDIST_WORKER[2:]) % 15}"
+    )
+
 PG_ADMIN_URL = os.environ.get(
     "RETARGET_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )
