@@ -192,6 +192,15 @@ def verify_lineage(session: Session, spec: ModelSpec) -> bool:
         )
         .order_by(Model.lineage_step, Model.created_at, Model.id)
     ).all()
+    for model_id, name, version, step, _ in rows:
+        if step == spec.step:
+            raise Conflict(
+                f"lineage: {run} already has a checkpoint at step {step}: {model_id!r} "
+                f"({name!r} v{version}); a run has one iterate per step, so register "
+                "another run under its own run_id",
+                model_id=model_id,
+                step=step,
+            )
     for model_id, name, version, step, stored in rows:
         other = parse_mechanism(stored)
         if (step or 0) <= spec.step:
@@ -249,6 +258,11 @@ def _store_model(
             session.flush()
         except IntegrityError as exc:
             session.rollback()
+            if spec.run_id is not None and "uq_models_run_step" in str(exc.orig):
+                raise Conflict(
+                    f"lineage: run {spec.run_id!r} already has a checkpoint at step "
+                    f"{spec.step}; a run has one iterate per step"
+                ) from exc
             raise Conflict(
                 f"dataset {spec.dataset_id!r} already has model {spec.name!r} "
                 f"version {spec.version}"
