@@ -29,6 +29,7 @@ from service.errors import Busy, Conflict, InvalidInput, NotFound
 from service.formats.checkpoints import read_signature, signature_hash
 from service.registry.blobs import BlobStore, StagedBlob
 from service.registry.models import Dataset, Model, Release
+from service.registry.sqlite_lock import sqlite_write_transaction
 
 
 def create_dataset(
@@ -145,7 +146,7 @@ def register_model(
     references.
     """
     lock = (
-        dataset_lock(session, f"lineage\x00{spec.dataset_id}\x00{spec.run_id}")
+        dataset_lock(session, f"lineage\x00{spec.dataset_id}\x00{spec.run_id}", sqlite_write=False)
         if spec.run_id is not None
         else nullcontext()
     )
@@ -331,12 +332,15 @@ LOCK_TIMEOUT_S = 30.0
 
 @contextmanager
 def dataset_lock(
-    session: Session, dataset_id: str, timeout_s: float | None = None
+    session: Session, dataset_id: str, timeout_s: float | None = None, *, sqlite_write: bool = True
 ) -> Iterator[None]:
-    """Serialise releases of one dataset: a process lock (SQLite, one process) and, on
-    Postgres, a transaction-scoped advisory lock that holds across API processes until
-    the session's transaction ends. Waits at most ``timeout_s`` (default
-    ``LOCK_TIMEOUT_S``) for either, then raises ``Busy``: the caller retries later."""
+    """Serialise releases of one dataset: a process lock and, until the session's
+    transaction ends (so a check and the record it allows are one atomic step, across
+    API processes): on Postgres a transaction-scoped advisory lock, on SQLite the
+    database's write lock (``BEGIN IMMEDIATE``; ``sqlite_write=False`` for callers
+    that commit inside the lock). Waits at most ``timeout_s`` (default
+    ``LOCK_TIMEOUT_S``) for the process lock, then raises ``Busy``: the caller
+    retries later."""
     wait = LOCK_TIMEOUT_S if timeout_s is None else timeout_s
     with _PROCESS_GUARD:
         lock = _PROCESS_LOCKS.setdefault(dataset_id, threading.Lock())
@@ -356,6 +360,8 @@ def dataset_lock(
                         f"dataset {dataset_id!r} is busy with another release; retry shortly"
                     ) from exc
                 raise
+        elif sqlite_write:
+            sqlite_write_transaction(session, dataset_id)
         yield
     finally:
         lock.release()
