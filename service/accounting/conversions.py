@@ -84,9 +84,9 @@ def delta_from_rdp(orders: ArrayLike, rdp: ArrayLike, epsilon: float) -> float:
     """
     a, r = _arrays(orders, rdp)
     check_epsilon(epsilon)
-    with np.errstate(invalid="ignore", over="ignore"):
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         log_delta = (a - 1) * (r - epsilon + np.log1p(-1 / a)) - np.log(a)
-        kl_route = 0.5 * np.log1p(-np.exp(-r))
+        kl_route = 0.5 * np.log(-np.expm1(-r))  # exact for tiny r
     log_delta = np.minimum(np.nan_to_num(log_delta, nan=np.inf), kl_route)
     return float(min(1.0, math.exp(float(np.min(log_delta)))))
 
@@ -95,9 +95,9 @@ def delta_from_rdp_grid(orders: ArrayLike, rdp: ArrayLike, epsilons: ArrayLike) 
     """``delta_from_rdp`` at many epsilons at once (same bound, vectorised)."""
     a, r = _arrays(orders, rdp)
     eps = np.asarray(epsilons, dtype=np.float64)[:, None]
-    with np.errstate(invalid="ignore", over="ignore"):
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         log_delta = (a - 1) * (r - eps + np.log1p(-1 / a)) - np.log(a)
-        kl_route = 0.5 * np.log1p(-np.exp(-r))
+        kl_route = 0.5 * np.log(-np.expm1(-r))  # exact for tiny r
     log_delta = np.minimum(np.nan_to_num(log_delta, nan=np.inf), kl_route)
     return np.minimum(1.0, np.exp(np.min(log_delta, axis=1)))
 

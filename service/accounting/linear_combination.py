@@ -152,6 +152,10 @@ def _last_gradient_coefficient(m: DPSGD, last: Segment) -> tuple[float | None, s
         return None, "momentum SGD without its momentum value: accounted as the joint release"
     if m.nesterov:
         return last.learning_rate * (1.0 + m.momentum), None
+    # PyTorch keeps no buffer when momentum is 0, and starts the buffer with the first
+    # gradient undamped (v_1 = g_1): dampening weighs only the gradients after it.
+    if m.momentum == 0 or m.total_steps == 1:
+        return last.learning_rate, None
     return last.learning_rate * (1.0 - m.dampening), None
 
 

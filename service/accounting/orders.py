@@ -55,7 +55,7 @@ def conversion_epsilon(orders: NDArray, rdp: NDArray, delta: float) -> NDArray[n
         improved = r + np.log1p(-1.0 / a) - (log_delta + np.log(a)) / (a - 1.0)
         classic = r - log_delta / (a - 1.0)
         eps = np.fmin(improved, classic)
-        kl = 0.5 * np.log1p(-np.exp(-r)) <= log_delta
+        kl = 0.5 * np.log(-np.expm1(-r)) <= log_delta  # exact for tiny r
     eps = np.where(kl & (r >= 0), 0.0, eps)
     eps = np.where(np.isnan(eps), np.inf, eps)
     return np.maximum(eps, 0.0)
@@ -67,7 +67,7 @@ def conversion_log_delta(orders: NDArray, rdp: NDArray, epsilon: float) -> NDArr
     r = np.asarray(rdp, dtype=np.float64)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         log_delta = (a - 1.0) * (r - epsilon + np.log1p(-1.0 / a)) - np.log(a)
-        kl = 0.5 * np.log1p(-np.exp(-r))
+        kl = 0.5 * np.log(-np.expm1(-r))
     out = np.fmin(np.nan_to_num(log_delta, nan=np.inf), np.nan_to_num(kl, nan=np.inf))
     return np.minimum(out, 0.0)
 

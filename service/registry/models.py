@@ -21,6 +21,7 @@ from sqlalchemy import (
     TypeDecorator,
     UniqueConstraint,
     false,
+    text,
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
@@ -87,6 +88,16 @@ class Model(Base):
         UniqueConstraint("dataset_id", "name", "version", name="uq_models_dataset_name_version"),
         Index("ix_models_dataset_created", "dataset_id", "created_at"),
         Index("ix_models_run", "dataset_id", "lineage_run_id"),
+        # one verified checkpoint per (run, step): a run has one iterate per step
+        Index(
+            "uq_models_run_step",
+            "dataset_id",
+            "lineage_run_id",
+            "lineage_step",
+            unique=True,
+            postgresql_where=text("lineage_verified"),
+            sqlite_where=text("lineage_verified"),
+        ),
     )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)

@@ -29,6 +29,7 @@ from service.errors import Busy, Conflict, InvalidInput, NotFound
 from service.formats.checkpoints import read_signature, signature_hash
 from service.registry.blobs import BlobStore, StagedBlob
 from service.registry.models import Dataset, Model, Release
+from service.registry.sqlite_lock import sqlite_write_transaction
 
 
 def create_dataset(
@@ -145,7 +146,7 @@ def register_model(
     references.
     """
     lock = (
-        dataset_lock(session, f"lineage\x00{spec.dataset_id}\x00{spec.run_id}")
+        dataset_lock(session, f"lineage\x00{spec.dataset_id}\x00{spec.run_id}", sqlite_write=False)
         if spec.run_id is not None
         else nullcontext()
     )
@@ -192,6 +193,15 @@ def verify_lineage(session: Session, spec: ModelSpec) -> bool:
         )
         .order_by(Model.lineage_step, Model.created_at, Model.id)
     ).all()
+    for model_id, name, version, step, _ in rows:
+        if step == spec.step:
+            raise Conflict(
+                f"lineage: {run} already has a checkpoint at step {step}: {model_id!r} "
+                f"({name!r} v{version}); a run has one iterate per step, so register "
+                "another run under its own run_id",
+                model_id=model_id,
+                step=step,
+            )
     for model_id, name, version, step, stored in rows:
         other = parse_mechanism(stored)
         if (step or 0) <= spec.step:
@@ -249,6 +259,11 @@ def _store_model(
             session.flush()
         except IntegrityError as exc:
             session.rollback()
+            if spec.run_id is not None and "uq_models_run_step" in str(exc.orig):
+                raise Conflict(
+                    f"lineage: run {spec.run_id!r} already has a checkpoint at step "
+                    f"{spec.step}; a run has one iterate per step"
+                ) from exc
             raise Conflict(
                 f"dataset {spec.dataset_id!r} already has model {spec.name!r} "
                 f"version {spec.version}"
@@ -317,12 +332,15 @@ LOCK_TIMEOUT_S = 30.0
 
 @contextmanager
 def dataset_lock(
-    session: Session, dataset_id: str, timeout_s: float | None = None
+    session: Session, dataset_id: str, timeout_s: float | None = None, *, sqlite_write: bool = True
 ) -> Iterator[None]:
-    """Serialise releases of one dataset: a process lock (SQLite, one process) and, on
-    Postgres, a transaction-scoped advisory lock that holds across API processes until
-    the session's transaction ends. Waits at most ``timeout_s`` (default
-    ``LOCK_TIMEOUT_S``) for either, then raises ``Busy``: the caller retries later."""
+    """Serialise releases of one dataset: a process lock and, until the session's
+    transaction ends (so a check and the record it allows are one atomic step, across
+    API processes): on Postgres a transaction-scoped advisory lock, on SQLite the
+    database's write lock (``BEGIN IMMEDIATE``; ``sqlite_write=False`` for callers
+    that commit inside the lock). Waits at most ``timeout_s`` (default
+    ``LOCK_TIMEOUT_S``) for the process lock, then raises ``Busy``: the caller
+    retries later."""
     wait = LOCK_TIMEOUT_S if timeout_s is None else timeout_s
     with _PROCESS_GUARD:
         lock = _PROCESS_LOCKS.setdefault(dataset_id, threading.Lock())
@@ -342,6 +360,8 @@ def dataset_lock(
                         f"dataset {dataset_id!r} is busy with another release; retry shortly"
                     ) from exc
                 raise
+        elif sqlite_write:
+            sqlite_write_transaction(session, dataset_id)
         yield
     finally:
         lock.release()

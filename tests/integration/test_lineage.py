@@ -21,7 +21,7 @@ from service.accounting.lineage import lineage_steps
 from service.accounting.mechanisms import parse_mechanism
 from service.api.routes.plans import RECENT as RECENT_PLANS
 from service.config import Settings
-from service.errors import InvalidInput
+from service.errors import Conflict, InvalidInput
 from service.jobs.ledger import representatives
 from service.registry import repository
 from service.registry.blobs import LocalBlobStore
@@ -273,7 +273,7 @@ def test_concurrent_registrations_of_one_run_cannot_both_pass(db_url: str, tmp_p
                 out[i] = repository.register_model(
                     session=s, blobs=blobs, spec=spec, chunks=slow(data[i])
                 ).id
-            except InvalidInput as exc:
+            except (InvalidInput, Conflict) as exc:  # a second checkpoint at step 100
                 s.rollback()
                 out[i] = exc
 
@@ -283,7 +283,7 @@ def test_concurrent_registrations_of_one_run_cannot_both_pass(db_url: str, tmp_p
             t.start()
         for t in threads:
             t.join()
-        errors = [o for o in out if isinstance(o, InvalidInput)]
+        errors = [o for o in out if isinstance(o, InvalidInput | Conflict)]
         assert len(errors) == 1, out
         with factory() as s:
             rows = list(s.scalars(select(Model).where(Model.dataset_id == ds)))
@@ -353,3 +353,56 @@ def test_postgres_registrations_of_a_run_wait_for_the_runs_advisory_lock(
     finally:
         holder.close()
         engine.dispose()
+
+
+def test_one_checkpoint_per_run_and_step(
+    client: TestClient, ds: str, backend: Backend, settings: Settings
+) -> None:
+    """Two files at the same step of one run cannot both be its iterate: a second one
+    would be charged as the same trajectory (the ledger keeps one per run, checkpoint
+    averaging averages both for one run's price) while it may be an independent run."""
+    first = register(client, ds, "a", sgd(1.0, steps=100), {"run_id": "r", "step": 100})
+    assert first.status_code == 201
+    again = register(client, ds, "b", sgd(1.0, steps=100), {"run_id": "r", "step": 100}, 1)
+    assert again.status_code == 409, again.text
+    assert again.headers["content-type"].startswith("application/problem+json")
+    detail = again.json()["detail"]
+    assert "step 100" in detail and first.json()["id"] in detail
+    assert model_count(backend) == 1
+    # another run, or the same run at another step, is fine
+    other = register(client, ds, "b", sgd(1.0, steps=100), {"run_id": "s", "step": 100}, 1)
+    later = register(client, ds, "c", sgd(1.0, steps=200), {"run_id": "r", "step": 200}, 2)
+    assert other.status_code == 201 and later.status_code == 201
+
+
+def test_the_database_refuses_two_verified_checkpoints_at_one_step(backend: Backend) -> None:
+    """The rule holds in the schema too (a partial unique index over verified rows)."""
+    from sqlalchemy.exc import IntegrityError
+
+    with backend.session_factory() as s:
+        ds = repository.create_dataset(session=s, name="dup").id
+        s.flush()
+
+        def row(name: str, verified: bool) -> Model:
+            return Model(
+                dataset_id=ds,
+                name=name,
+                version=1,
+                mechanism={},
+                mechanism_type="dp_sgd",
+                mechanism_hash="0" * 64,
+                lineage_run_id="r",
+                lineage_step=100,
+                lineage_verified=verified,
+                signature={},
+                signature_hash="0" * 64,
+                sha256=hashlib.sha256(name.encode()).hexdigest(),
+                size_bytes=1,
+            )
+
+        s.add_all([row("a", True), row("old", False)])  # an unverified row stands alone
+        s.flush()
+        s.add(row("b", True))
+        with pytest.raises(IntegrityError):
+            s.flush()
+        s.rollback()

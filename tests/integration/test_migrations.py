@@ -76,3 +76,41 @@ def test_lineage_verified_is_false_for_rows_registered_before_the_check(tmp_path
         assert _diff(engine) == []
     finally:
         engine.dispose()
+
+
+def test_0010_keeps_one_verified_checkpoint_per_run_step(tmp_path: Path) -> None:
+    """Verified duplicates of a (run, step) from before 0010: the earliest stays verified,
+    the others become independent models; then the unique index holds; downgrade drops it."""
+    url = f"sqlite:///{tmp_path / 'dup.sqlite'}"
+    command.upgrade(alembic_config(url=url), "0009")
+    engine = make_engine(url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO datasets (id, name, created_at) VALUES ('d', 'old', "
+                    "'2026-01-01 00:00:00')"
+                )
+            )
+            for mid, when in (("b", "02"), ("a", "01"), ("c", "03")):
+                conn.execute(
+                    text(
+                        "INSERT INTO models (id, dataset_id, name, version, mechanism, "
+                        "mechanism_type, mechanism_hash, lineage_run_id, lineage_step, "
+                        "lineage_verified, signature, signature_hash, sha256, size_bytes, "
+                        "metrics, created_at) VALUES (:id, 'd', :id, 1, '{}', 'dp_sgd', 'h', "
+                        "'r', 5, 1, '{}', 's', 'x', 1, '{}', :at)"
+                    ),
+                    {"id": mid, "at": f"2026-01-{when} 00:00:00"},
+                )
+        upgrade(url=url)
+        with engine.connect() as conn:
+            rows = conn.execute(text("SELECT id, lineage_verified FROM models ORDER BY id")).all()
+        assert [(m, bool(v)) for m, v in rows] == [("a", True), ("b", False), ("c", False)]
+        assert _diff(engine) == []
+        command.downgrade(alembic_config(url=url), "0009")
+        assert "uq_models_run_step" not in {
+            i["name"] for i in inspect(engine).get_indexes("models")
+        }
+    finally:
+        engine.dispose()

@@ -36,3 +36,34 @@ def test_composed_tiny_rdp_is_never_below_the_exact_value(
         assert stored >= exact, (alpha, stored, exact)
         # The computation itself is accurate to float rounding, far inside that margin.
         assert abs(value - exact) <= exact * 1e-12, (alpha, value, exact)
+
+
+@pytest.mark.parametrize("sigma", [1e8, 3e7, 1e9])
+def test_a_tiny_rdp_never_proves_epsilon_zero_below_the_exact_delta(sigma: float) -> None:
+    """sqrt(1 - e^(-rdp)) (the KL route) must not round to 0 when rdp is below float
+    spacing at 1: the exact hockey-stick at epsilon 0, erf(mu / (2 sqrt 2)), is the oracle."""
+    from service.accounting.mechanisms import parse_mechanism
+    from service.accounting.profiles import compute_profile
+
+    mech = {"type": "gaussian", "sensitivity": 1.0, "noise_multiplier": sigma}
+    profile = compute_profile(parse_mechanism(mech))
+    mp.mp.dps = 50
+    exact = float(mp.erf(1 / (mp.mpf(sigma) * 2 * mp.sqrt(2))))
+    assert profile.delta(0.0, "rdp") >= exact
+    for accountant in ("rdp", "best"):
+        assert profile.epsilon(exact / 10, accountant) > 0.0, accountant  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("rdp", [1e-30, 3e-17, 1e-12])
+def test_kl_route_keeps_full_precision(rdp: float) -> None:
+    from service.accounting.conversions import delta_from_rdp, delta_from_rdp_grid
+    from service.accounting.orders import conversion_epsilon, conversion_log_delta
+
+    mp.mp.dps = 50
+    exact = float(mp.sqrt(-mp.expm1(-mp.mpf(rdp))))  # Bretagnolle-Huber at epsilon 0
+    orders = np.array([1.5, 2.0, 64.0])
+    values = np.full(3, rdp)
+    assert delta_from_rdp(orders, values, 0.0) >= exact * (1 - 1e-12)
+    assert delta_from_rdp_grid(orders, values, [0.0])[0] >= exact * (1 - 1e-12)
+    assert np.exp(conversion_log_delta(orders, values, 0.0)).min() >= exact * (1 - 1e-12)
+    assert conversion_epsilon(orders, values, exact / 2).min() > 0.0
