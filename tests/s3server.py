@@ -96,7 +96,7 @@ class S3Bucket:
     def env(self) -> dict[str, str]:
         return {**self.server.env, "RETARGET_BLOB_URL": self.url}
 
-    def keys(self) -> list[str]:
+    def object_keys(self) -> list[str]:
         return self.server.keys(self.name)
 
 

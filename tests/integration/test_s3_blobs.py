@@ -44,13 +44,13 @@ def test_blobs_are_content_addressed_objects_stored_once(
     assert (first.sha256, first.size) == (sha, len(data))
     assert store.promote(first) is True
     assert store.promote(store.stage([data])) is False
-    assert s3_bucket.keys() == [f"blobs/{sha[:2]}/{sha[2:4]}/{sha}"]
+    assert s3_bucket.object_keys() == [f"blobs/{sha[:2]}/{sha[2:4]}/{sha}"]
     assert staged_files(store) == []  # nothing stays on local disk
     assert store.exists(sha) and store.size(sha) == len(data)
     assert list(store.shas()) == [sha]
     assert store.open(sha).read() == data
     store.delete(sha)
-    assert not store.exists(sha) and s3_bucket.keys() == []
+    assert not store.exists(sha) and s3_bucket.object_keys() == []
 
 
 def test_multipart_uploads_racing_with_the_same_bytes_store_one_object(
@@ -76,7 +76,7 @@ def test_multipart_uploads_racing_with_the_same_bytes_store_one_object(
     # AWS lets one completion through; SeaweedFS may let several finish (the same bytes):
     # either way one object, and at least one promotion says it stored it
     assert len(results) == 3 and True in results
-    assert s3_bucket.keys() == [store.key(sha)]
+    assert s3_bucket.object_keys() == [store.key(sha)]
     assert b"".join(store.stream(sha)) == data
     listed = s3_bucket.server.client().list_multipart_uploads(Bucket=s3_bucket.name)
     assert listed.get("Uploads", []) == []  # the losers' parts were aborted
@@ -162,7 +162,7 @@ def test_a_server_without_conditional_writes_gets_head_then_put(
     assert store.promote(store.stage([data])) is True
     assert store.promote(store.stage([data])) is False
     assert store.client.refused == 1 and not store.conditional_writes
-    assert len(s3_bucket.keys()) == 1
+    assert len(s3_bucket.object_keys()) == 1
 
 
 def test_ready_needs_the_bucket(s3_bucket: S3Bucket, tmp_path: Path) -> None:
