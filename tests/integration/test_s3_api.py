@@ -9,6 +9,7 @@ import json
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx2
 import pytest
@@ -18,7 +19,7 @@ from service.api.app import create_app
 from service.config import Settings
 from service.registry.db import make_engine, make_sessionmaker
 from tests.conftest import authorize
-from tests.helpers import checkpoint_bytes, sgd, upload
+from tests.helpers import checkpoint_bytes, pickle_bytes, sgd, upload
 from tests.s3server import S3Bucket
 
 
@@ -32,11 +33,22 @@ def blob_like_files(root: Path) -> list[Path]:
 
 
 @pytest.fixture
-def s3_settings(s3_bucket: S3Bucket, tmp_path: Path, sqlite_template: Path) -> Settings:
+def source_bucket(s3_bucket: S3Bucket) -> str:
+    """Another bucket of the server, where training jobs leave their checkpoints."""
+    return s3_bucket.server.new_bucket()
+
+
+@pytest.fixture
+def s3_settings(
+    s3_bucket: S3Bucket, source_bucket: str, tmp_path: Path, sqlite_template: Path
+) -> Settings:
     data = tmp_path / "data"
     data.mkdir()
+    (tmp_path / "refs").mkdir()
     shutil.copy(sqlite_template, data / "retarget.db")
     return Settings(
+        reference_buckets=f"other-bucket, {source_bucket}",
+        reference_root=tmp_path / "refs",
         data_dir=data,
         auto_migrate=False,
         plan_request_budget_s=600,
@@ -138,3 +150,113 @@ def test_downloads_stream_ranges_and_redirect_to_presigned_urls(s3_client: TestC
         assert pulled.status_code == 200
         assert f'"{sha(pulled.content)}"' == moved.headers["etag"]
     assert sha(httpx2.get(location).content) in {sha(f) for f in files}
+
+
+class Spy:
+    """Records the names of the client methods called."""
+
+    def __init__(self, client: Any) -> None:
+        self.client, self.calls = client, []
+
+    def __getattr__(self, name: str) -> Any:
+        self.calls.append(name)
+        return getattr(self.client, name)
+
+
+def by_reference(client: TestClient, ds: str, uri: str, name: str = "ref") -> Any:
+    meta = {"dataset_id": ds, "name": name, "mechanism": sgd(1.0), "weights_uri": uri}
+    return client.post("/v1/models", files={"metadata": (None, json.dumps(meta))})
+
+
+def test_register_by_reference_copies_the_object_into_the_store(
+    s3_client: TestClient, s3_bucket: S3Bucket, source_bucket: str, s3_settings: Settings
+) -> None:
+    ds = s3_client.post("/v1/datasets", json={"name": "digits"}).json()["id"]
+    data, local = checkpoint_bytes(7), checkpoint_bytes(8)
+    source = s3_bucket.server.client()
+    source.put_object(Bucket=source_bucket, Key="runs/a/final model.safetensors", Body=data)
+    uri = f"s3://{source_bucket}/runs/a/final%20model.safetensors"
+    store = s3_client.app.state.ctx.blobs  # type: ignore[attr-defined]
+    store.client = Spy(store.client)
+    resp = by_reference(s3_client, ds, uri)
+    assert resp.status_code == 201, resp.text
+    model = resp.json()
+    assert model["sha256"] == sha(data) and model["size_bytes"] == len(data)
+    assert model["signature"]["linear.weight"]["shape"] == [10, 64]
+    assert s3_bucket.object_keys() == [f"blobs/{sha(data)[:2]}/{sha(data)[2:4]}/{sha(data)}"]
+    assert s3_bucket.server.keys(source_bucket) == ["runs/a/final model.safetensors"]
+    assert "copy" in store.client.calls and "put_object" not in store.client.calls
+    assert sha(s3_client.get(f"/v1/models/{model['id']}/weights").content) == sha(data)
+
+    assert s3_settings.reference_root is not None
+    (s3_settings.reference_root / "m.safetensors").write_bytes(local)
+    path = s3_settings.reference_root / "m.safetensors"
+    resp = by_reference(s3_client, ds, path.as_uri(), name="file")
+    assert resp.status_code == 201, resp.text
+    assert resp.json()["sha256"] == sha(local)
+    assert len(s3_bucket.object_keys()) == 2
+    assert blob_like_files(s3_settings.data_dir) == []
+
+
+def test_bad_references_are_refused_and_store_nothing(
+    s3_client: TestClient,
+    s3_bucket: S3Bucket,
+    source_bucket: str,
+    s3_settings: Settings,
+    tmp_path: Path,
+) -> None:
+    ds = s3_client.post("/v1/datasets", json={"name": "digits"}).json()["id"]
+    source = s3_bucket.server.client()
+    elsewhere = s3_bucket.server.new_bucket()
+    source.put_object(Bucket=elsewhere, Key="m.safetensors", Body=checkpoint_bytes(1))
+    source.put_object(Bucket=source_bucket, Key="model.pt", Body=pickle_bytes())
+    root = s3_settings.reference_root
+    assert root is not None
+    (tmp_path / "outside.safetensors").write_bytes(checkpoint_bytes(2))
+    (root / "link.safetensors").symlink_to(tmp_path / "outside.safetensors")
+    (root / "broken.safetensors").write_bytes(checkpoint_bytes(3)[:-10])
+    cases = {
+        f"s3://{elsewhere}/m.safetensors": "not one the service may read",
+        f"s3://{source_bucket}/missing.safetensors": "no such object",
+        f"s3://{source_bucket}/model.pt": "pickle",
+        f"s3://{source_bucket}/": "names no object",
+        (tmp_path / "outside.safetensors").as_uri(): "outside the allowed folder",
+        (root / "link.safetensors").as_uri(): "outside the allowed folder",
+        f"{root.as_uri()}/../outside.safetensors": "outside the allowed folder",
+        (root / "nothing.safetensors").as_uri(): "no such file",
+        (root / "broken.safetensors").as_uri(): "safetensors",
+        "file://otherhost/etc/passwd": "local path",
+        "https://example.com/m.safetensors": "weights_uri",
+    }
+    for uri, reason in cases.items():
+        resp = by_reference(s3_client, ds, uri)
+        assert resp.status_code == 422, (uri, resp.text)
+        assert reason in resp.json()["detail"], (uri, resp.json()["detail"])
+    both = s3_client.post(
+        "/v1/models",
+        files={"weights": ("m.safetensors", checkpoint_bytes(4))},
+        data={
+            "metadata": json.dumps(
+                {
+                    "dataset_id": ds,
+                    "name": "x",
+                    "mechanism": sgd(1.0),
+                    "weights_uri": f"s3://{source_bucket}/model.pt",
+                }
+            )
+        },
+    )
+    assert both.status_code == 422 and "not both" in both.json()["detail"]
+    assert s3_client.get("/v1/models").json()["count"] == 0
+    assert s3_bucket.object_keys() == []
+    cache = s3_settings.resolved_blob_cache_dir
+    assert [p for p in cache.rglob("*") if p.is_file()] == []
+
+
+def test_file_references_are_off_without_a_root(client: TestClient, tmp_path: Path) -> None:
+    ds = client.post("/v1/datasets", json={"name": "digits"}).json()["id"]
+    (tmp_path / "m.safetensors").write_bytes(checkpoint_bytes(1))
+    resp = by_reference(client, ds, (tmp_path / "m.safetensors").as_uri())
+    assert resp.status_code == 422 and "RETARGET_REFERENCE_ROOT" in resp.json()["detail"]
+    resp = by_reference(client, ds, "s3://any-bucket/m.safetensors")
+    assert resp.status_code == 422 and "RETARGET_REFERENCE_BUCKETS" in resp.json()["detail"]
