@@ -84,7 +84,8 @@ def _open_object(
         raise InvalidInput(f"weights_uri {uri!r} names no object")
     from botocore.exceptions import BotoCoreError, ClientError
 
-    from service.registry.s3_blobs import CopySource, S3BlobStore, s3_client
+    from service.registry.s3_blobs import S3BlobStore
+    from service.registry.s3_io import CopySource, s3_client
 
     client = (
         blobs.client

@@ -16,80 +16,37 @@ copy whose hash is checked on download.
 
 from __future__ import annotations
 
-import base64
-import contextlib
 import hashlib
 import os
 import shutil
 import tempfile
 import time
 from collections.abc import Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, cast
-from urllib.parse import quote, urlparse
+from urllib.parse import quote
 
-import boto3
-from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from service.config import Settings
-from service.errors import InvalidInput, StorageError
+from service.errors import StorageError
 from service.registry.blobs import LocalBlobStore, StagedBlob, _check_sha
+from service.registry.s3_io import (
+    EXISTS,
+    NO_CONDITIONAL,
+    CopySource,
+    error_code,
+    http_status,
+    parse_s3_url,
+    s3_client,
+    send,
+)
 
-#: above this size an upload is multipart; also the part size
-PART_BYTES = 32 * 1024 * 1024
-#: parts sent at once by one upload
-PART_THREADS = 4
 #: read size of streamed downloads
 STREAM_CHUNK = 4 * 1024 * 1024
 #: cached copies used more recently than this are never removed (a merge may hold them)
 CACHE_GRACE_S = 3600
-#: error codes of servers that do not implement conditional writes
-_NO_CONDITIONAL = {"NotImplemented", "InvalidArgument", "InvalidRequest", "Unsupported"}
-_EXISTS = {"PreconditionFailed", "ConditionalRequestConflict"}
-
-
-def parse_s3_url(url: str) -> tuple[str, str]:
-    """``s3://bucket/some/prefix`` -> ("bucket", "some/prefix")."""
-    parsed = urlparse(url)
-    if parsed.scheme != "s3" or not parsed.netloc:
-        raise InvalidInput(f"not an s3:// URL with a bucket: {url!r}")
-    return parsed.netloc, parsed.path.strip("/")
-
-
-def s3_client(addressing_style: str = "auto") -> Any:
-    """A client configured from the standard AWS variables and config files."""
-    config = Config(
-        signature_version="s3v4",
-        s3={"addressing_style": addressing_style},
-        retries={"mode": "standard", "max_attempts": 5},
-        max_pool_connections=32,
-    )
-    return boto3.session.Session().client("s3", config=config)
-
-
-def _code(exc: ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Code", ""))
-
-
-def _status(exc: ClientError) -> int:
-    return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
-
-
-def _b64(digest: bytes) -> str:
-    return base64.b64encode(digest).decode()
-
-
-@dataclass
-class CopySource:
-    """An object the staged bytes were read from (``If-Match`` its ETag): when the store
-    can read that bucket, promotion copies it server-side instead of uploading."""
-
-    bucket: str
-    key: str
-    etag: str
 
 
 @dataclass
@@ -175,9 +132,9 @@ class S3BlobStore:
                 ExtraArgs={"CopySourceIfMatch": source.etag},
             )
         except ClientError as exc:
-            if _code(exc) in {"AccessDenied", "NoSuchBucket", "NotImplemented"}:
+            if error_code(exc) in {"AccessDenied", "NoSuchBucket", "NotImplemented"}:
                 return None
-            if _code(exc) in _EXISTS or _status(exc) == 412:
+            if error_code(exc) in EXISTS or http_status(exc) == 412:
                 raise StorageError(
                     f"the object {source.key!r} changed while it was copied"
                 ) from exc
@@ -190,70 +147,18 @@ class S3BlobStore:
         if not self.conditional_writes and self._head(key) is not None:
             return False
         try:
-            self._send(staged, key, conditional=self.conditional_writes)
+            send(self.client, self.bucket, key, staged, conditional=self.conditional_writes)
         except ClientError as exc:
-            if _code(exc) in _EXISTS or _status(exc) == 412:
+            if error_code(exc) in EXISTS or http_status(exc) == 412:
                 return False
             if not self.conditional_writes or (
-                _code(exc) not in _NO_CONDITIONAL and _status(exc) != 501
+                error_code(exc) not in NO_CONDITIONAL and http_status(exc) != 501
             ):
                 raise
             self.conditional_writes = False
             return self._upload(staged)
         self._verify_size(key, staged)
         return True
-
-    def _send(self, staged: StagedBlob, key: str, *, conditional: bool) -> None:
-        extra: dict[str, Any] = {"IfNoneMatch": "*"} if conditional else {}
-        meta = {"Metadata": {"sha256": staged.sha256}}
-        if staged.size <= PART_BYTES:
-            with staged.path.open("rb") as fh:
-                self.client.put_object(
-                    Bucket=self.bucket,
-                    Key=key,
-                    Body=fh,
-                    ContentLength=staged.size,
-                    ChecksumSHA256=_b64(bytes.fromhex(staged.sha256)),
-                    **meta,
-                    **extra,
-                )
-            return
-        upload = self.client.create_multipart_upload(
-            Bucket=self.bucket, Key=key, ChecksumAlgorithm="SHA256", **meta
-        )["UploadId"]
-        try:
-            count = -(-staged.size // PART_BYTES)
-            with ThreadPoolExecutor(PART_THREADS) as pool:
-                parts = list(
-                    pool.map(lambda n: self._part(staged.path, key, upload, n), range(1, count + 1))
-                )
-            self.client.complete_multipart_upload(
-                Bucket=self.bucket,
-                Key=key,
-                UploadId=upload,
-                MultipartUpload={"Parts": parts},
-                **extra,
-            )
-        except BaseException:
-            # on failure the bucket's lifecycle rule for incomplete uploads cleans up
-            with contextlib.suppress(ClientError, BotoCoreError):
-                self.client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload)
-            raise
-
-    def _part(self, path: Path, key: str, upload: str, number: int) -> dict[str, Any]:
-        with path.open("rb") as fh:
-            fh.seek((number - 1) * PART_BYTES)
-            data = fh.read(PART_BYTES)
-        checksum = _b64(hashlib.sha256(data).digest())
-        answer = self.client.upload_part(
-            Bucket=self.bucket,
-            Key=key,
-            UploadId=upload,
-            PartNumber=number,
-            Body=data,
-            ChecksumSHA256=checksum,
-        )
-        return {"PartNumber": number, "ETag": answer["ETag"], "ChecksumSHA256": checksum}
 
     def _verify_size(self, key: str, staged: StagedBlob) -> None:
         head = self._head(key)
@@ -269,7 +174,7 @@ class S3BlobStore:
         try:
             return cast(dict[str, Any], self.client.head_object(Bucket=self.bucket, Key=key))
         except ClientError as exc:
-            if _status(exc) == 404 or _code(exc) in {"404", "NoSuchKey", "NotFound"}:
+            if http_status(exc) == 404 or error_code(exc) in {"404", "NoSuchKey", "NotFound"}:
                 return None
             raise StorageError(f"the blob store did not answer: {exc}") from exc
         except BotoCoreError as exc:
@@ -285,8 +190,12 @@ class S3BlobStore:
         return int(head["ContentLength"])
 
     def open(self, sha256: str) -> BinaryIO:
-        """A stream of the object's bytes (not seekable)."""
-        return cast(BinaryIO, self._get(sha256)["Body"])
+        """The blob as a local, seekable file (the cached copy); ``stream`` reads the
+        object without one."""
+        try:
+            return self.local_path(sha256).open("rb")
+        except FileNotFoundError as exc:  # removed from the cache by another process
+            raise StorageError(f"the cached copy of blob {sha256} went away") from exc
 
     def _get(self, sha256: str, start: int = 0, end: int | None = None) -> dict[str, Any]:
         args: dict[str, Any] = {"Bucket": self.bucket, "Key": self.key(sha256)}
@@ -295,7 +204,7 @@ class S3BlobStore:
         try:
             return cast(dict[str, Any], self.client.get_object(**args))
         except ClientError as exc:
-            if _code(exc) in {"NoSuchKey", "404"}:
+            if error_code(exc) in {"NoSuchKey", "404"}:
                 raise StorageError(f"blob {sha256} is missing from the store") from exc
             raise StorageError(f"the blob store did not answer: {exc}") from exc
         except BotoCoreError as exc:
@@ -352,15 +261,23 @@ class S3BlobStore:
 
     def trim_cache(self) -> list[Path]:
         """Remove cached copies, least recently used first, until the cache fits its
-        limit; copies used within ``CACHE_GRACE_S`` stay."""
-        files = sorted((p.stat().st_mtime, p) for p in self.cache.root.glob("??/??/*"))
-        total = sum(p.stat().st_size for _, p in files)
+        limit; copies used within ``CACHE_GRACE_S`` stay. Safe to run in several threads
+        and processes at once (a copy another one removed is skipped)."""
+        files = []
+        for path in self.cache.root.glob("??/??/*"):
+            try:
+                stat = path.stat()
+            except FileNotFoundError:
+                continue
+            files.append((stat.st_mtime, stat.st_size, path))
+        files.sort()
+        total = sum(size for _, size, _ in files)
         removed = []
         now = time.time()
-        for mtime, path in files:
+        for mtime, size, path in files:
             if total <= self.cache_max_bytes or now - mtime < CACHE_GRACE_S:
                 break
-            total -= path.stat().st_size
+            total -= size
             path.unlink(missing_ok=True)
             removed.append(path)
         return removed

@@ -15,7 +15,7 @@ from botocore.exceptions import ClientError
 
 from service.config import Settings
 from service.errors import StorageError
-from service.registry import s3_blobs
+from service.registry import s3_blobs, s3_io
 from service.registry.s3_blobs import S3BlobStore
 from service.registry.stores import make_blob_store
 from tests.s3server import S3Bucket
@@ -56,7 +56,7 @@ def test_blobs_are_content_addressed_objects_stored_once(
 def test_multipart_uploads_racing_with_the_same_bytes_store_one_object(
     s3_bucket: S3Bucket, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(s3_blobs, "PART_BYTES", 5 * 1024 * 1024)
+    monkeypatch.setattr(s3_io, "PART_BYTES", 5 * 1024 * 1024)
     store = store_in(s3_bucket, tmp_path)
     data = os.urandom(11 * 1024 * 1024)  # three parts
     sha = hashlib.sha256(data).hexdigest()
