@@ -72,7 +72,10 @@ def blob_response(request: Request, blobs: BlobStore, sha256: str, filename: str
 
 
 def wants_redirect(request: Request) -> bool:
-    """``?redirect=true`` (or 1) or a ``Prefer: redirect`` header."""
+    """A GET with ``?redirect=true`` (or 1) or a ``Prefer: redirect`` header (a 307
+    answer to a POST would make the client send the POST to the object store)."""
+    if request.method != "GET":
+        return False
     if request.query_params.get("redirect", "").lower() in ("true", "1"):
         return True
     prefs = request.headers.get("prefer", "").lower().replace(";", ",").split(",")

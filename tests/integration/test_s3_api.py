@@ -150,6 +150,15 @@ def test_downloads_stream_ranges_and_redirect_to_presigned_urls(s3_client: TestC
         assert pulled.status_code == 200
         assert f'"{sha(pulled.content)}"' == moved.headers["etag"]
     assert sha(httpx2.get(location).content) in {sha(f) for f in files}
+    # a POST that streams its release never redirects (the client would re-POST)
+    streamed = s3_client.post(
+        "/v1/retarget",
+        params={"redirect": "true"},
+        json=body,
+        headers={"Accept": "application/octet-stream", "Prefer": "redirect"},
+        follow_redirects=False,
+    )
+    assert streamed.status_code == 200 and sha(streamed.content) == rsha
 
 
 class Spy:
