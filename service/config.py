@@ -29,6 +29,39 @@ class Settings(BaseSettings):
     blob_dir: Path | None = Field(
         default=None, description="Blob store folder; default: <data_dir>/blobs."
     )
+    blob_url: str | None = Field(
+        default=None,
+        description="Object storage for blobs, s3://bucket/prefix (credentials, region and "
+        "endpoint from the standard AWS variables and config); default: the blob folder.",
+    )
+    blob_cache_dir: Path | None = Field(
+        default=None,
+        description="With s3:// blobs: local staging of uploads and cached copies the merges "
+        "read; default: <data_dir>/blob-cache.",
+    )
+    blob_cache_max_bytes: int = Field(
+        default=20 * 1024**3,
+        ge=0,
+        description="With s3:// blobs: cached copies past this size are removed, oldest first "
+        "(copies used in the last hour stay).",
+    )
+    blob_s3_addressing_style: Literal["auto", "path", "virtual"] = Field(
+        default="auto", description="With s3:// blobs: bucket in the path or the host name."
+    )
+    presign_expiry_s: int = Field(
+        default=900,
+        gt=0,
+        le=7 * 24 * 3600,
+        description="Lifetime of the presigned URLs a download with ?redirect=true answers.",
+    )
+    reference_buckets: str = Field(
+        default="",
+        description="Comma-separated buckets a model's weights_uri (s3://) may name; empty: none.",
+    )
+    reference_root: Path | None = Field(
+        default=None,
+        description="Folder a model's weights_uri (file://) may name files under; unset: none.",
+    )
     redis_url: str | None = Field(
         default=None, description="Redis URL for the profile cache and job queue."
     )
@@ -160,6 +193,10 @@ class Settings(BaseSettings):
     @property
     def resolved_blob_dir(self) -> Path:
         return (self.blob_dir or self.data_dir / "blobs").resolve()
+
+    @property
+    def resolved_blob_cache_dir(self) -> Path:
+        return (self.blob_cache_dir or self.data_dir / "blob-cache").resolve()
 
 
 @lru_cache

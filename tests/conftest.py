@@ -21,6 +21,7 @@ from service.config import Settings
 from service.registry.db import make_engine
 from service.registry.keys import create_key
 from service.registry.migrate import upgrade
+from tests.s3server import S3Bucket, S3Server, serve
 
 # Under pytest-xdist each worker has its own Postgres database (postgres_url below) and
 # its own Redis database for the tests that share the server's Redis.
@@ -149,3 +150,19 @@ def committed_db(postgres_url: str) -> Iterator[str]:
             )
         )
     engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """A SeaweedFS S3 server for the whole test session (started on first use, ~10 s)."""
+    yield from serve(tmp_path_factory.mktemp("weed"))
+
+
+@pytest.fixture
+def s3_bucket(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> S3Bucket:
+    """A new bucket on the test server; this process's AWS variables point at it."""
+    for name, value in s3_server.env.items():
+        monkeypatch.setenv(name, value)
+    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_DEFAULT_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    return S3Bucket(s3_server, s3_server.new_bucket())

@@ -44,8 +44,8 @@ from service.jobs.store import redis_client
 from service.jobs.tasks import TASKS
 from service.merging.base import configure_threads
 from service.registry import repository
-from service.registry.blobs import LocalBlobStore
 from service.registry.db import make_engine, make_sessionmaker, pool_options
+from service.registry.stores import make_blob_store
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ def create_app(
         settings=settings,
         engine=engine,
         session_factory=factory,
-        blobs=LocalBlobStore(settings.resolved_blob_dir),
+        blobs=make_blob_store(settings),
         jobs=jobs,
         plan_jobs=PlanJobs(settings.plan_job_workers, settings.plan_job_budget_s),
     )

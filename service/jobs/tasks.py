@@ -13,8 +13,8 @@ from service.jobs.profile_task import lock_key, on_failure, profile_task
 from service.jobs.queue import RQJobs
 from service.jobs.runner import WorkContext, run_notify, run_outbox, run_policy_change
 from service.jobs.store import redis_client
-from service.registry.blobs import LocalBlobStore
 from service.registry.db import make_engine, make_sessionmaker
+from service.registry.stores import make_blob_store
 
 #: The deployment jobs by kind, as queued for a worker (import paths RQ resolves).
 TASKS = {
@@ -43,7 +43,7 @@ def worker_context(settings: Settings | None = None, **engine_options: Any) -> W
     return WorkContext(
         settings=settings,
         session_factory=make_sessionmaker(engine),
-        blobs=LocalBlobStore(settings.resolved_blob_dir),
+        blobs=make_blob_store(settings),
         jobs=RQJobs(redis_client(settings.redis_url), settings, tasks=TASKS),
     )
 

@@ -58,6 +58,7 @@ from service.registry import repository
 from service.registry.db import session_scope
 from service.registry.keys import DOWNLOAD_SCOPE
 from service.registry.models import Model
+from service.registry.references import open_reference
 
 log = logging.getLogger(__name__)
 
@@ -70,12 +71,13 @@ _UPLOAD_BODY = {
             "multipart/form-data": {
                 "schema": {
                     "type": "object",
-                    "required": ["weights", "metadata"],
+                    "required": ["metadata"],
                     "properties": {
                         "weights": {
                             "type": "string",
                             "format": "binary",
-                            "description": "The checkpoint, a safetensors file.",
+                            "description": "The checkpoint, a safetensors file (or "
+                            "metadata.weights_uri instead).",
                         },
                         "metadata": {
                             "type": "string",
@@ -140,7 +142,7 @@ def parse_metadata(raw: str | bytes) -> ModelCreate:
         raise InvalidInput(f"invalid metadata: {detail}", errors=errs) from exc
 
 
-def _register(ctx: AppContext, meta: ModelCreate, weights: IO[bytes]) -> ModelPublic:
+def _register(ctx: AppContext, meta: ModelCreate, weights: IO[bytes] | None) -> ModelPublic:
     reason = refusal(meta.mechanism, cost_limits(ctx.settings))
     if reason is not None:
         raise ProfileTooCostly(f"mechanism refused: {reason}")
@@ -162,7 +164,11 @@ def _register(ctx: AppContext, meta: ModelCreate, weights: IO[bytes]) -> ModelPu
             session=session,
             blobs=ctx.blobs,
             spec=spec,
-            chunks=iter_file(weights),
+            chunks=(
+                iter_file(weights)
+                if weights is not None
+                else open_reference(str(meta.weights_uri), ctx.settings, ctx.blobs)
+            ),
             max_bytes=ctx.settings.max_upload_bytes,
         ).id
     RECENT_PLANS.clear()  # plans of this dataset now have another candidate
@@ -200,7 +206,8 @@ def _register(ctx: AppContext, meta: ModelCreate, weights: IO[bytes]) -> ModelPu
     },
 )
 async def create_model(request: Request, ctx: ContextDep) -> ModelPublic:
-    """Register a checkpoint: multipart ``weights`` (safetensors) and ``metadata`` (JSON).
+    """Register a checkpoint: multipart ``weights`` (safetensors) and ``metadata`` (JSON),
+    or ``metadata`` alone naming the checkpoint by ``weights_uri`` (s3:// or file://).
 
     Nothing is stored unless the metadata is valid, the dataset exists, the
     name and version are free and the file is a complete safetensors file.
@@ -230,6 +237,10 @@ async def create_model(request: Request, ctx: ContextDep) -> ModelPublic:
             meta = parse_metadata(text)
         else:
             meta = parse_metadata(raw)
+        if meta.weights_uri is not None:
+            if weights is not None:
+                raise InvalidInput("send either a 'weights' part or metadata.weights_uri, not both")
+            return await run_in_threadpool(_register, ctx, meta, None)
         if not isinstance(weights, UploadFile):
             raise InvalidInput("the 'weights' part must be a file (a safetensors checkpoint)")
         return await run_in_threadpool(_register, ctx, meta, weights.file)

@@ -81,6 +81,14 @@ class ModelCreate(In):
         default=None,
         description="the network, in the declared vocabulary; needed for objective 'validation'",
     )
+    weights_uri: str | None = Field(
+        default=None,
+        max_length=2048,
+        pattern=r"^(s3|file)://",
+        description="the checkpoint by reference instead of a 'weights' part: s3://bucket/key "
+        "(a bucket of RETARGET_REFERENCE_BUCKETS) or file:///path (under "
+        "RETARGET_REFERENCE_ROOT); copied into the service's store and checked as an upload",
+    )
 
 
 class ModelPublic(BaseModel):
