@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from service.accounting import bis
+from service.accounting import bis, grouping
 from service.accounting.conversions import ORDERS
 from service.accounting.cost import (
     EXP_LIMIT,
@@ -39,15 +39,13 @@ from service.accounting.rdp_profile import (
     rdp_upper_bound,
     safe,
 )
+from service.accounting.refine import refined_pld
 
 #: Up to this many distinct (q, sigma) pairs, the PLD composes each exactly.
 EXACT_PLD_GROUPS = 64
 
-#: Width, in log q and log sigma, of the grid that merges nearly equal steps.
-GROUP_RESOLUTION = 2e-4
-
-#: Most groups the PLD builds (each costs a fraction of a second): past this the grid
-#: is widened until the groups fit, so the work is bounded whatever the schedule.
+#: Most groups the PLD builds (each a self-composition and a convolution): past this the
+#: RDP budget of a group is doubled until they fit, so the work stays bounded.
 MAX_PLD_GROUPS = 64
 
 
@@ -65,7 +63,22 @@ def _pld_within(
     return build(), []
 
 
+def _refined_groups(
+    groups: list[tuple[float, float, int]], rdp: RdpProfile, disc: list[float], limits: CostLimits
+) -> PldPair:
+    """The groups' PLD on a grid refined from its epsilon (``refine``); the width used
+    is left in ``disc``."""
+    pld, disc[0] = refined_pld(
+        lambda width: subsampled_gaussian_pld(groups, width),
+        disc[0],
+        lambda width: gaussian_pld_points(groups, rdp.orders, rdp.epsilons, width),
+        limits.max_pld_points,
+    )
+    return pld
+
+
 def _gaussian(mech: Gaussian, discretization: float, limits: CostLimits) -> dict[str, Any]:
+    disc = [discretization]
     sigma = mech.sigma
     rdp = from_source({"kind": "subsampled_gaussian", "pairs": [[1.0, sigma, mech.count]]})
     groups = [(1.0, sigma, mech.count)]
@@ -74,7 +87,7 @@ def _gaussian(mech: Gaussian, discretization: float, limits: CostLimits) -> dict
         pld_points=gaussian_pld_points(groups, rdp.orders, rdp.epsilons, discretization),
         compositions=mech.count,
     )
-    pld, notes = _pld_within(cost, limits, lambda: subsampled_gaussian_pld(groups, discretization))
+    pld, notes = _pld_within(cost, limits, lambda: _refined_groups(groups, rdp, disc, limits))
     return {
         "rdp": rdp,
         "pld": pld,
@@ -83,6 +96,7 @@ def _gaussian(mech: Gaussian, discretization: float, limits: CostLimits) -> dict
             "rdp": "Gaussian mechanism, alpha * count / (2 sigma^2) (Mironov 2017, Prop. 7)",
             "pld": "dp_accounting Gaussian PLD of sigma / sqrt(count), pessimistic",
         },
+        "parameters": {"discretization": disc[0]},
     }
 
 
@@ -100,46 +114,29 @@ def _dp_sgd_groups(mech: DPSGD) -> tuple[NDArray, NDArray, NDArray]:
 def _pessimistic_groups(
     q: NDArray, sigma: NDArray, counts: NDArray
 ) -> tuple[list[tuple[float, float, int]], bool]:
-    """(q, sigma, count) groups for the PLD: exact, or merged within GROUP_RESOLUTION.
+    """(q, sigma, count) groups for the PLD: exact, or merged (``grouping.group_steps``).
 
-    Up to EXACT_PLD_GROUPS distinct pairs are kept as they are. Past that, q is
-    rounded up and sigma down to a fixed grid in log space of width
-    GROUP_RESOLUTION (a relative change of at most 0.02% each), and steps that
-    land on the same point are merged: every merged step is less private than the
-    real one, so the bound stays an upper bound, and it moves by about
-    GROUP_RESOLUTION relative (well under 0.1%). When that still leaves more than
-    MAX_PLD_GROUPS groups, the grid is doubled in width until they fit (sound the
-    same way; looser by about the final width, and the RDP curve, which composes
-    every distinct step exactly, is there beside it). The groups never exceed
-    MAX_PLD_GROUPS or the number of distinct configurations.
+    Up to EXACT_PLD_GROUPS distinct pairs are kept as they are. Past that, nearly
+    equal configurations are merged into their dominating one (an upper bound) while
+    the RDP rises by at most ``grouping.DEFAULT_BUDGET`` relative; when that leaves
+    more than MAX_PLD_GROUPS groups the budget is doubled until they fit (sound the
+    same way, looser; the RDP curve, which composes every distinct step exactly, is
+    there beside it).
     """
     exact = [(float(a), float(b), int(c)) for a, b, c in zip(q, sigma, counts, strict=True)]
     if q.shape[0] <= EXACT_PLD_GROUPS:
         return exact, False
-    w = GROUP_RESOLUTION
+    budget = grouping.DEFAULT_BUDGET
     while True:
-        grouped = _on_grid(q, sigma, counts, w)
+        grouped = grouping.group_steps(q, sigma, counts, budget)
         if len(grouped) <= MAX_PLD_GROUPS:
             break
-        w *= 2.0
-    return [(a, b, c) for (a, b), c in grouped.items()], len(grouped) < q.shape[0]
-
-
-def _on_grid(
-    q: NDArray, sigma: NDArray, counts: NDArray, w: float
-) -> dict[tuple[float, float], int]:
-    """Steps merged on a log grid of width ``w``: q rounded up, sigma rounded down."""
-    # Guard the float round trip: never below q, never above sigma.
-    q_up = np.minimum(1.0, np.maximum(q, np.exp(np.ceil(np.log(q) / w) * w)))
-    sigma_down = np.minimum(sigma, np.exp(np.floor(np.log(sigma) / w) * w))
-    grouped: dict[tuple[float, float], int] = {}
-    for a, b, c in zip(q_up, sigma_down, counts, strict=True):
-        key = (float(a), float(b))
-        grouped[key] = grouped.get(key, 0) + int(c)
-    return grouped
+        budget *= 2.0
+    return grouped, len(grouped) < q.shape[0]
 
 
 def _dp_sgd(mech: DPSGD, discretization: float, limits: CostLimits) -> dict[str, Any]:
+    disc = [discretization]
     q, sigma, counts = _dp_sgd_groups(mech)
     pairs = [[float(a), float(b), int(c)] for a, b, c in zip(q, sigma, counts, strict=True)]
     groups, grouped = _pessimistic_groups(q, sigma, counts)
@@ -149,11 +146,11 @@ def _dp_sgd(mech: DPSGD, discretization: float, limits: CostLimits) -> dict[str,
         pld_points=gaussian_pld_points(groups, rdp.orders, rdp.epsilons, discretization),
         compositions=int(counts.sum()),
     )
-    pld, notes = _pld_within(cost, limits, lambda: subsampled_gaussian_pld(groups, discretization))
+    pld, notes = _pld_within(cost, limits, lambda: _refined_groups(groups, rdp, disc, limits))
     if grouped:
         notes.append(
             f"{q.shape[0]} distinct steps were grouped into {len(groups)} for the PLD "
-            "(sigma rounded down, q rounded up within each group): an upper bound"
+            "(each group as its largest q and smallest sigma): an upper bound"
         )
     if mech.heuristic:
         notes.append(
@@ -170,7 +167,11 @@ def _dp_sgd(mech: DPSGD, discretization: float, limits: CostLimits) -> dict[str,
             "best real order",
             "pld": "dp_accounting subsampled-Gaussian PLD, equal steps self-composed, pessimistic",
         },
-        "parameters": {"steps": int(counts.sum()), "distinct_steps": int(q.shape[0])},
+        "parameters": {
+            "steps": int(counts.sum()),
+            "distinct_steps": int(q.shape[0]),
+            "discretization": disc[0],
+        },
     }
 
 

@@ -212,6 +212,7 @@ def compute_profile(
     if not 0 < discretization <= 0.1:
         raise ValueError(f"discretization must be in (0, 0.1], got {discretization}")
     built = BUILDERS[mechanism.type](mechanism, discretization, limits or CostLimits())
+    # builders that refine the PLD's grid report the width they used
     parameters = {"discretization": discretization, **built.pop("parameters", {})}
     return PrivacyProfile(
         mechanism_type=mechanism.type,

@@ -80,3 +80,29 @@ def test_bad_arguments_name_the_value() -> None:
 def test_infinite_rdp_gives_infinite_epsilon() -> None:
     eps, _ = best_epsilon(lambda a: np.full(np.shape(a), np.inf), 1e-5)
     assert eps == math.inf
+
+
+def test_subsampled_optimum_is_found_beyond_order_1024() -> None:
+    # q = 1e-4, sigma = 50 at delta = 1e-10: the best order is in the tens of thousands.
+    q, sigma, delta = 1e-4, 50.0, 1e-10
+    ours, order = best_epsilon(lambda a: subsampled_gaussian_rdp(q, sigma, a)[0], delta)
+    assert order > 1024
+    assert ours < 0.1 * _dp_accounting_rdp_epsilon(q, sigma, 1, delta)
+    # Sound: dp_accounting's exact RDP at the integer orders around ours proves no less.
+    acc = rdp_lib.RdpAccountant([math.floor(order), math.ceil(order)])
+    acc.compose(dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)))
+    assert ours >= 0.999 * float(acc.get_epsilon(delta))
+
+
+@pytest.mark.parametrize("order", [300.5, 1024.5, 4096.25, 1e5 + 0.5, 1e9, 1e300, math.inf])
+def test_huge_orders_give_finite_bounds_without_giant_arrays(order: float) -> None:
+    q, sigma = np.array([1e-3, 0.05]), np.array([3.0, 0.9])
+    values = subsampled_gaussian_rdp(q, sigma, [order])[:, 0]
+    assert not np.any(np.isnan(values))
+    gaussian = order / (2 * sigma**2)
+    assert np.all(values <= gaussian)
+    if order < 1e5:
+        # the chord of the integer neighbours bounds the fractional order from above,
+        # and monotonicity in the order from below
+        below = subsampled_gaussian_rdp(q, sigma, [math.floor(order)])[:, 0]
+        assert np.all(values >= below)
