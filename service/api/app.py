@@ -35,6 +35,7 @@ from service.api.routes import jobs as jobs_routes
 from service.config import Settings, get_settings
 from service.dashboard import routes as dashboard
 from service.jobs import runner
+from service.jobs.epsilons import EpsilonCache
 from service.jobs.metrics import JobsCollector
 from service.jobs.plan_jobs import PlanJobs
 from service.jobs.profiles import cost_limits
@@ -93,6 +94,7 @@ def create_app(
         blobs=make_blob_store(settings),
         jobs=jobs,
         plan_jobs=PlanJobs(settings.plan_job_workers, settings.plan_job_budget_s),
+        epsilons=EpsilonCache(jobs.client if isinstance(jobs, RQJobs) else None),
     )
     if isinstance(jobs, InProcessJobs):
         jobs.context, jobs.runners = ctx, RUNNERS

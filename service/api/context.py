@@ -13,6 +13,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.config import Settings
+from service.jobs.epsilons import EpsilonCache
 from service.jobs.plan_jobs import PlanJobs
 from service.jobs.queue import Jobs
 from service.registry.blobs import BlobStore
@@ -68,3 +69,4 @@ class AppContext:
     jobs: Jobs
     key_cache: KeyCache = field(default_factory=KeyCache)
     plan_jobs: PlanJobs = field(default_factory=PlanJobs)
+    epsilons: EpsilonCache = field(default_factory=EpsilonCache)

@@ -14,7 +14,7 @@ from service.accounting.mechanisms import parse_mechanism
 from service.api.deps import AppContext, ContextDep
 from service.dashboard.auth import COOKIE, CSRF_COOKIE, CSRF_FIELD, SessionSigner, readable_key
 from service.dashboard.svg import Chart, render
-from service.errors import ProfilesPending
+from service.errors import InvalidInput, ProfileFailed, ProfilesPending, Unsupported
 from service.jobs.callbacks import redact_url
 from service.jobs.queue import profiles_or_pending
 from service.registry.db import session_scope
@@ -136,6 +136,32 @@ def mechanism_summary(mech: dict[str, Any]) -> str:
     if kind == "epsilon_delta":
         return f"({mech.get('epsilon')}, {mech.get('delta')})-DP"
     return kind.replace("_", " ")
+
+
+def model_epsilons(
+    ctx: AppContext, models: list[Model], delta: float
+) -> tuple[list[float | str | None], bool]:
+    """Each model's epsilon at ``delta`` (best of RDP and PLD): one profile lookup and one
+    cached epsilon (``ctx.epsilons``) per distinct mechanism. None while its profile is
+    computed, "failed" when it failed: one costly model never hides the others. Also
+    whether any is pending."""
+    by_hash: dict[str, float | str | None] = {}
+    pending = False
+    for m in models:
+        if m.mechanism_hash in by_hash:
+            continue
+        try:
+            profile, job = ctx.jobs.profile(parse_mechanism(m.mechanism))
+        except (ProfileFailed, InvalidInput, Unsupported):
+            by_hash[m.mechanism_hash] = "failed"
+            continue
+        if profile is None:
+            failed = job is not None and job.status == "failed"
+            by_hash[m.mechanism_hash] = "failed" if failed else None
+            pending = pending or not failed
+            continue
+        by_hash[m.mechanism_hash] = ctx.epsilons.epsilon(profile, delta, "best")
+    return [by_hash[m.mechanism_hash] for m in models], pending
 
 
 def model_profiles(ctx: AppContext, models: list[Model]) -> list[Any] | None:

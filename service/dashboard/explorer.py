@@ -45,9 +45,7 @@ def explorer_page(request: Request, dataset_id: str, ctx: ContextDep, who: Viewe
         models = list(session.scalars(select(Model).where(Model.dataset_id == dataset_id)))
         delta = dataset_delta(dataset)
         profiles = model_profiles(ctx, models)
-        eps = sorted(
-            e for e in (p.epsilon(delta, "best") for p in profiles or []) if math.isfinite(e)
-        )
+        eps = sorted(e for e in ctx.epsilons.many(profiles or [], delta) if math.isfinite(e))
         lo = round_up(eps[0] * 0.5) if eps else 0.1
         hi = round_up(eps[-1] * 1.2) if eps else 10.0
         start = round_up(math.sqrt(eps[0] * eps[-1])) if eps else 1.0

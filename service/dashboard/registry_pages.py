@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import math
+from typing import Annotated
 
 import numpy as np
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, Response
 from sqlalchemy import func, select
 
@@ -18,6 +19,7 @@ from service.dashboard.common import (
     Viewer,
     dataset_delta,
     mechanism_summary,
+    model_epsilons,
     model_profiles,
     page,
     svg_response,
@@ -33,6 +35,10 @@ from service.registry.keys import DOWNLOAD_SCOPE
 from service.registry.models import Dataset, Model, Release
 
 router = APIRouter(prefix="/admin", include_in_schema=False)
+
+#: Models per dataset page (``?offset=&limit=``, at most MAX_PAGE).
+PAGE_SIZE = 100
+MAX_PAGE = 500
 
 
 # ---- datasets and models ------------------------------------------------------------
@@ -58,26 +64,39 @@ def datasets_page(request: Request, ctx: ContextDep, who: Viewer) -> HTMLRespons
 
 
 @router.get("/datasets/{dataset_id}", response_class=HTMLResponse)
-def dataset_page(request: Request, dataset_id: str, ctx: ContextDep, who: Viewer) -> HTMLResponse:
+def dataset_page(
+    request: Request,
+    dataset_id: str,
+    ctx: ContextDep,
+    who: Viewer,
+    offset: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = PAGE_SIZE,
+) -> HTMLResponse:
+    """One page of the dataset's models (oldest first), each with its epsilon: one
+    profile and one cached epsilon per distinct mechanism on the page."""
     with session_scope(ctx.session_factory) as session:
         dataset = repository.get_dataset(session=session, dataset_id=dataset_id)
+        where = Model.dataset_id == dataset_id
+        total = session.scalar(select(func.count()).select_from(Model).where(where)) or 0
         models = list(
             session.scalars(
-                select(Model).where(Model.dataset_id == dataset_id).order_by(Model.created_at)
+                select(Model)
+                .where(where)
+                .order_by(Model.created_at, Model.id)
+                .offset(offset)
+                .limit(limit)
             )
         )
         delta = dataset_delta(dataset)
-        profiles = model_profiles(ctx, models)
-        rows = []
-        for i, m in enumerate(models):
-            eps = profiles[i].epsilon(delta, "best") if profiles is not None else None
-            rows.append(
-                {
-                    "m": m,
-                    "summary": mechanism_summary(m.mechanism),
-                    "epsilon": round_up(eps) if eps is not None and math.isfinite(eps) else eps,
-                }
-            )
+        epsilons, pending = model_epsilons(ctx, models, delta)
+        rows = [
+            {
+                "m": m,
+                "summary": mechanism_summary(m.mechanism),
+                "epsilon": round_up(e) if isinstance(e, float) and math.isfinite(e) else e,
+            }
+            for m, e in zip(models, epsilons, strict=True)
+        ]
         return page(
             request,
             "dataset.html",
@@ -85,7 +104,10 @@ def dataset_page(request: Request, dataset_id: str, ctx: ContextDep, who: Viewer
             dataset=dataset,
             rows=rows,
             delta=delta,
-            pending=profiles is None,
+            pending=pending,
+            total=total,
+            offset=offset,
+            limit=limit,
         )
 
 
