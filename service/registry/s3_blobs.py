@@ -220,8 +220,8 @@ class S3BlobStore:
 
     def presign(self, sha256: str, filename: str) -> str:
         """A URL anyone holding it may GET the blob from until it expires."""
-        return str(
-            self.client.generate_presigned_url(
+        try:
+            url = self.client.generate_presigned_url(
                 "get_object",
                 Params={
                     "Bucket": self.bucket,
@@ -231,7 +231,9 @@ class S3BlobStore:
                 },
                 ExpiresIn=self.presign_expiry_s,
             )
-        )
+        except BotoCoreError as exc:  # no credentials to sign with
+            raise StorageError(f"could not presign blob {sha256}: {exc}") from exc
+        return str(url)
 
     def local_path(self, sha256: str) -> Path:
         """A local copy (downloaded once into the cache, its hash checked)."""

@@ -173,3 +173,23 @@ def test_ready_needs_the_bucket(s3_bucket: S3Bucket, tmp_path: Path) -> None:
     with pytest.raises(StorageError):
         store.promote(store.stage([b"x"]))
     assert staged_files(store) == []
+
+
+def test_missing_credentials_are_storage_errors(
+    s3_bucket: S3Bucket, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    store = store_in(s3_bucket, tmp_path)
+    assert not store.ready()
+    for call in (
+        lambda: store.presign("0" * 64, "m.safetensors"),
+        lambda: store.exists("0" * 64),
+        lambda: store.promote(store.stage([b"x"])),
+        lambda: b"".join(store.stream("0" * 64)),
+    ):
+        with pytest.raises(StorageError):
+            call()
