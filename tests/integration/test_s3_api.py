@@ -131,6 +131,7 @@ def test_downloads_stream_ranges_and_redirect_to_presigned_urls(s3_client: TestC
     stale = s3_client.get(url, headers={"Range": "bytes=8-15", "If-Range": '"other"'})
     assert stale.status_code == 200 and stale.content == whole
     assert s3_client.get(url, headers={"If-None-Match": f'"{rsha}"'}).status_code == 304
+    assert s3_client.get(url).headers["vary"] == "Prefer"
 
     dep = s3_client.post("/v1/deployments", json={**body, "name": "prod"})
     assert dep.status_code == 201, dep.text
