@@ -30,7 +30,7 @@ from urllib.parse import quote
 from botocore.exceptions import BotoCoreError, ClientError
 
 from service.config import Settings
-from service.errors import StorageError
+from service.errors import InvalidInput, StorageError
 from service.registry.blobs import LocalBlobStore, StagedBlob, _check_sha
 from service.registry.s3_io import (
     EXISTS,
@@ -135,8 +135,8 @@ class S3BlobStore:
             if error_code(exc) in {"AccessDenied", "NoSuchBucket", "NotImplemented"}:
                 return None
             if error_code(exc) in EXISTS or http_status(exc) == 412:
-                raise StorageError(
-                    f"the object {source.key!r} changed while it was copied"
+                raise InvalidInput(  # the copy would not be the bytes that were checked
+                    f"weights_uri: s3://{source.bucket}/{source.key} changed while it was read"
                 ) from exc
             raise
         self._verify_size(key, staged)
