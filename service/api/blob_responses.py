@@ -55,6 +55,8 @@ def blob_response(request: Request, blobs: BlobStore, sha256: str, filename: str
     if not blobs.exists(sha256):
         raise StorageError(f"blob {sha256} is missing from the store")
     presign = getattr(blobs, "presign", None)
+    if presign is not None:
+        headers["Vary"] = "Prefer"  # a 307 or the bytes, as the request prefers
     if presign is not None and wants_redirect(request):
         return RedirectResponse(presign(sha256, filename), status_code=307, headers=headers)
     if hasattr(blobs, "stream"):

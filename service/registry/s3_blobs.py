@@ -30,7 +30,7 @@ from urllib.parse import quote
 from botocore.exceptions import BotoCoreError, ClientError
 
 from service.config import Settings
-from service.errors import StorageError
+from service.errors import InvalidInput, StorageError
 from service.registry.blobs import LocalBlobStore, StagedBlob, _check_sha
 from service.registry.s3_io import (
     EXISTS,
@@ -135,8 +135,8 @@ class S3BlobStore:
             if error_code(exc) in {"AccessDenied", "NoSuchBucket", "NotImplemented"}:
                 return None
             if error_code(exc) in EXISTS or http_status(exc) == 412:
-                raise StorageError(
-                    f"the object {source.key!r} changed while it was copied"
+                raise InvalidInput(  # the copy would not be the bytes that were checked
+                    f"weights_uri: s3://{source.bucket}/{source.key} changed while it was read"
                 ) from exc
             raise
         self._verify_size(key, staged)
@@ -220,8 +220,8 @@ class S3BlobStore:
 
     def presign(self, sha256: str, filename: str) -> str:
         """A URL anyone holding it may GET the blob from until it expires."""
-        return str(
-            self.client.generate_presigned_url(
+        try:
+            url = self.client.generate_presigned_url(
                 "get_object",
                 Params={
                     "Bucket": self.bucket,
@@ -231,7 +231,9 @@ class S3BlobStore:
                 },
                 ExpiresIn=self.presign_expiry_s,
             )
-        )
+        except BotoCoreError as exc:  # no credentials to sign with
+            raise StorageError(f"could not presign blob {sha256}: {exc}") from exc
+        return str(url)
 
     def local_path(self, sha256: str) -> Path:
         """A local copy (downloaded once into the cache, its hash checked)."""

@@ -131,6 +131,7 @@ def test_downloads_stream_ranges_and_redirect_to_presigned_urls(s3_client: TestC
     stale = s3_client.get(url, headers={"Range": "bytes=8-15", "If-Range": '"other"'})
     assert stale.status_code == 200 and stale.content == whole
     assert s3_client.get(url, headers={"If-None-Match": f'"{rsha}"'}).status_code == 304
+    assert s3_client.get(url).headers["vary"] == "Prefer"
 
     dep = s3_client.post("/v1/deployments", json={**body, "name": "prod"})
     assert dep.status_code == 201, dep.text
@@ -269,3 +270,20 @@ def test_file_references_are_off_without_a_root(client: TestClient, tmp_path: Pa
     assert resp.status_code == 422 and "RETARGET_REFERENCE_ROOT" in resp.json()["detail"]
     resp = by_reference(client, ds, "s3://any-bucket/m.safetensors")
     assert resp.status_code == 422 and "RETARGET_REFERENCE_BUCKETS" in resp.json()["detail"]
+
+
+def test_readyz_and_uploads_without_the_bucket(s3_settings: Settings) -> None:
+    settings = s3_settings.model_copy(update={"blob_url": "s3://no-such-bucket-here/blobs"})
+    engine = make_engine(settings.resolved_database_url)
+    factory = make_sessionmaker(engine)
+    with TestClient(create_app(settings, session_factory=factory)) as client:
+        authorize(client, factory)
+        ready = client.get("/readyz")
+        assert ready.status_code == 503 and ready.json()["checks"]["blobs"] == "unreachable"
+        ds = client.post("/v1/datasets", json={"name": "digits"}).json()["id"]
+        meta = {"dataset_id": ds, "name": "m", "mechanism": sgd(1.0)}
+        resp = upload(client, checkpoint_bytes(0), json.dumps(meta))
+        assert resp.status_code == 503, resp.text
+        assert resp.json()["type"].endswith("storage-unavailable")
+        assert client.get("/v1/models").json()["count"] == 0
+    engine.dispose()

@@ -14,9 +14,10 @@ import pytest
 from botocore.exceptions import ClientError
 
 from service.config import Settings
-from service.errors import StorageError
+from service.errors import InvalidInput, StorageError
 from service.registry import s3_blobs, s3_io
 from service.registry.s3_blobs import S3BlobStore
+from service.registry.s3_io import CopySource
 from service.registry.stores import make_blob_store
 from tests.s3server import S3Bucket
 
@@ -173,3 +174,45 @@ def test_ready_needs_the_bucket(s3_bucket: S3Bucket, tmp_path: Path) -> None:
     with pytest.raises(StorageError):
         store.promote(store.stage([b"x"]))
     assert staged_files(store) == []
+
+
+def test_missing_credentials_are_storage_errors(
+    s3_bucket: S3Bucket, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    store = store_in(s3_bucket, tmp_path)
+    assert not store.ready()
+    for call in (
+        lambda: store.presign("0" * 64, "m.safetensors"),
+        lambda: store.exists("0" * 64),
+        lambda: store.promote(store.stage([b"x"])),
+        lambda: b"".join(store.stream("0" * 64)),
+    ):
+        with pytest.raises(StorageError):
+            call()
+
+
+class Chunks(list):  # what registry.references gives: chunks and where they came from
+    copy_source: CopySource | None = None
+
+
+def test_a_copy_is_of_the_checked_version_or_nothing(s3_bucket: S3Bucket, tmp_path: Path) -> None:
+    store = store_in(s3_bucket, tmp_path)
+    source = s3_bucket.server.new_bucket()
+    client = s3_bucket.server.client()
+    client.put_object(Bucket=source, Key="m", Body=b"checked bytes")
+    etag = client.head_object(Bucket=source, Key="m")["ETag"]
+    client.put_object(Bucket=source, Key="m", Body=b"other bytes!!")  # changed since read
+    chunks = Chunks([b"checked bytes"])
+    chunks.copy_source = CopySource(source, "m", etag)
+    with pytest.raises(InvalidInput, match="changed while it was read"):
+        store.promote(store.stage(chunks))
+    assert s3_bucket.object_keys() == [] and staged_files(store) == []
+    chunks = Chunks([b"other bytes!!"])
+    chunks.copy_source = CopySource(source, "m", client.head_object(Bucket=source, Key="m")["ETag"])
+    assert store.promote(store.stage(chunks)) is True
+    assert store.open(hashlib.sha256(b"other bytes!!").hexdigest()).read() == b"other bytes!!"
