@@ -67,3 +67,39 @@ def test_kl_route_keeps_full_precision(rdp: float) -> None:
     assert delta_from_rdp_grid(orders, values, [0.0])[0] >= exact * (1 - 1e-12)
     assert np.exp(conversion_log_delta(orders, values, 0.0)).min() >= exact * (1 - 1e-12)
     assert conversion_epsilon(orders, values, exact / 2).min() > 0.0
+
+
+def _rr_rdp_exact(eps0: float, alpha: float) -> mp.mpf:
+    mp.mp.dps = 80
+    e, a = mp.mpf(eps0), mp.mpf(alpha)
+    p = mp.exp(e) / (1 + mp.exp(e))
+    return mp.log(p**a * (1 - p) ** (1 - a) + (1 - p) ** a * p ** (1 - a)) / (a - 1)
+
+
+@pytest.mark.parametrize("eps0", [1e-9, 1e-7, 1e-5, 1e-3, 0.5, 5.0, 40.0])
+def test_randomized_response_rdp_is_never_below_the_exact_value(eps0: float) -> None:
+    """Pure eps0-DP's curve (Mironov 2017, Prop. 5) for a tiny eps0 is ~ alpha eps0^2 / 2:
+    summing the two terms in float64 lost it (0 at eps0 = 1e-9)."""
+    from service.accounting.rdp_profile import randomized_response_rdp, safe
+
+    orders = np.array([1.001, 1.5, 2.0, 3.0, 10.0, 100.0, 1000.0, 1e5])
+    values = randomized_response_rdp(eps0, orders)
+    for alpha, value, stored in zip(orders, values, safe(values), strict=True):
+        exact = min(_rr_rdp_exact(eps0, alpha), mp.mpf(eps0))
+        assert stored >= exact, (alpha, stored, exact)
+        assert abs(value - exact) <= exact * 1e-12, (alpha, value, exact)
+
+
+def test_a_tiny_pure_dp_guarantee_never_proves_epsilon_zero() -> None:
+    """eps0-DP with eps0 = 1e-9: randomized response has delta(0) = tanh(eps0 / 2), so no
+    smaller delta has epsilon 0."""
+    from service.accounting.mechanisms import parse_mechanism
+    from service.accounting.profiles import compute_profile
+
+    eps0 = 1e-9
+    profile = compute_profile(
+        parse_mechanism({"type": "epsilon_delta", "epsilon": eps0, "delta": 0})
+    )
+    tv = float(mp.tanh(mp.mpf(eps0) / 2))
+    assert profile.epsilon(tv / 10, "rdp") > 0.0
+    assert profile.delta(0.0, "rdp") >= tv
