@@ -166,5 +166,7 @@ def subsampled_gaussian_rdp(
         else:
             log_a = _log_a_frac(float(alpha), qp, sp)
         cols[:, col] = log_a / (alpha - 1)
-    out[part] = cols
+    # q > 0 has a positive RDP: where it underflowed (q ~ 1e-200), the smallest
+    # positive float is still above it, and 0 would prove delta 0 at epsilon 0.
+    out[part] = np.maximum(cols, np.finfo(np.float64).smallest_subnormal)
     return out

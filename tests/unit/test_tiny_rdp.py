@@ -103,3 +103,23 @@ def test_a_tiny_pure_dp_guarantee_never_proves_epsilon_zero() -> None:
     tv = float(mp.tanh(mp.mpf(eps0) / 2))
     assert profile.epsilon(tv / 10, "rdp") > 0.0
     assert profile.delta(0.0, "rdp") >= tv
+
+
+def test_an_rdp_that_underflows_is_never_zero() -> None:
+    """q = 1e-200: the RDP (~ q^2) is below the float range, but the mechanism is not
+    free: delta(0) is about T q erf(1 / (2 sqrt 2 sigma)) = 3.8e-200 > 1e-250."""
+    from service.accounting.mechanisms import parse_mechanism
+    from service.accounting.profiles import compute_profile
+
+    mech = {
+        "type": "dp_sgd",
+        "sampling_rate": 1e-200,
+        "noise_multiplier": 1.0,
+        "clipping_norm": 1.0,
+        "steps": 10,
+    }
+    assert np.all(subsampled_gaussian_rdp(1e-200, 1.0, np.array([2.0, 3.0, 64.0])) > 0)
+    profile = compute_profile(parse_mechanism(mech))
+    assert profile.delta(0.0, "rdp") > 3.8e-200
+    for accountant in ("rdp", "best"):
+        assert profile.epsilon(1e-250, accountant) > 0.0, accountant  # type: ignore[arg-type]
