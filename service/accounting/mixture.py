@@ -20,6 +20,8 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy import special
 
+from service.accounting.rdp import subsampled_gaussian_rdp
+
 #: Trapezoid step for integer orders' forward integrand, a finite sum of unit-variance
 #: Gaussians: the rule's own error is about 2 exp(-2 pi^2 / h^2) = 3e-18 at 0.7; with
 #: rounding the results stay within 1e-10 relative of the exact sum (tested), far inside
@@ -109,13 +111,28 @@ def log_m_derivatives(mix: Mixture, x: NDArray) -> tuple[NDArray, NDArray, NDArr
 
 
 def _trapezoid_log(mix: Mixture, lo: float, hi: float, h: float, powers: NDArray) -> NDArray:
-    """log of int_lo^hi phi(x) M(x)^t dx by the trapezoid rule, for every t in ``powers``."""
+    """log of int_lo^hi phi(x) M(x)^t dx by the trapezoid rule, for every t in ``powers``,
+    plus a bound on its rounding error.
+
+    Each log term v = t log M(x) - x^2 / 2 carries an absolute error of a few ulps of
+    the magnitudes it was built from (|t| times those of log M's own log-sum-exp: |a x|,
+    a^2 / 2, -log p; and x^2 / 2), which exp() turns into a relative error of the term;
+    the sum's relative error is their average weighted by the terms, plus n ulps. When
+    the RDP is tiny (huge noise, a small q) the integral is 1 + O(a^2) and this error is
+    all that is left of it: without the margin the result could fall below the exact
+    RDP, down to 0."""
     x = np.arange(lo, hi + h, h)
     base = log_m(mix, x)
     log_phi = -0.5 * x**2 - 0.5 * math.log(2 * math.pi)
     vals = np.multiply.outer(base, powers)
     vals += log_phi[:, None]
-    return lse_rows(vals) + math.log(h)
+    out = lse_rows(vals)  # vals now holds each term over the column's largest
+    top = float(mix.shifts.max())
+    inner = np.abs(base) + top * np.abs(x) + 0.5 * top * top - float(np.log(mix.probs).min())
+    weights = vals / vals.sum(axis=0)
+    magnitude = np.abs(powers) * (weights.T @ (inner + 8.0)) + weights.T @ (0.5 * x**2 + 8.0)
+    eps = float(np.finfo(np.float64).eps)
+    return out + math.log(h) + 16.0 * eps * (magnitude + x.shape[0])
 
 
 #: Fractional orders above this are bounded by the chord between integer orders.
@@ -147,6 +164,11 @@ def mixture_rdp(mix: Mixture, orders: ArrayLike) -> tuple[NDArray, NDArray]:
     if mix.shifts.shape[0] == 1:
         exact = a * mix.shifts[0] ** 2 / 2.0
         return exact, exact.copy()
+    if mix.shifts.shape[0] == 2 and mix.shifts[0] == 0:
+        # one model: the subsampled Gaussian, exact to full relative precision, and
+        # bounding the reverse direction too (Mironov, Talwar, Zhang 2019, Theorem 5)
+        sg = subsampled_gaussian_rdp(mix.probs[1], 1.0 / mix.shifts[1], a)[0]
+        return sg, sg.copy()
     integer = np.array([float(x).is_integer() for x in a])
     chorded = ~integer & (a > FRACTIONAL_EXACT_UP_TO)
     direct = np.unique(np.concatenate([a[~chorded], np.floor(a[chorded]), np.ceil(a[chorded])]))

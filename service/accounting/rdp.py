@@ -168,7 +168,9 @@ def subsampled_gaussian_rdp(
     # Quasi-convexity of the Renyi divergence: the subsampled pair never exceeds the
     # plain Gaussian's alpha / (2 sigma^2); the min also replaces a NaN from overflow.
     cols = np.fmin(cols, a[None, :] * inv_2s2[:, None])
-    out[part] = cols
+    # q > 0 has a positive RDP: where it underflowed (q ~ 1e-200), the smallest
+    # positive float is still above it, and 0 would prove delta 0 at epsilon 0.
+    out[part] = np.maximum(cols, np.finfo(np.float64).smallest_subnormal)
     return out
 
 

@@ -68,12 +68,28 @@ def _subsampled_gaussian(source: dict[str, Any], orders: NDArray) -> NDArray:
 
 def randomized_response_rdp(eps0: float, orders: NDArray) -> NDArray:
     """Source: Mironov 2017, Prop. 5: randomized response dominates every eps0-DP
-    mechanism; its RDP is log(p^a (1-p)^(1-a) + (1-p)^a p^(1-a)) / (a - 1), <= eps0."""
-    log_p = eps0 - np.logaddexp(0.0, eps0)
-    log_1mp = -np.logaddexp(0.0, eps0)
+    mechanism; its RDP is log A / (a - 1), A = p^a (1-p)^(1-a) + (1-p)^a p^(1-a), <= eps0.
+
+    With p = e^eps0 / (1 + e^eps0), A - 1 = expm1(eps0 (a-1)) expm1(eps0 a)
+    e^(-eps0 (a-1)) / (1 + e^eps0): a product of positive factors, so log A =
+    log1p(A - 1) keeps full relative precision when the RDP is ~ a eps0^2 / 2 (summing
+    A's two terms loses it all to the leading 1, down to 0 for eps0 = 1e-9)."""
     a = np.asarray(orders, dtype=np.float64)
-    val = np.logaddexp(a * log_p + (1 - a) * log_1mp, a * log_1mp + (1 - a) * log_p)
+    beta = eps0 * (a - 1.0)
+    log_am1 = _log_expm1(beta) + _log_expm1(eps0 * a) - beta - np.logaddexp(0.0, eps0)
+    val = np.logaddexp(0.0, log_am1)
     return np.asarray(np.minimum(val / (a - 1), eps0))
+
+
+def _log_expm1(x: NDArray) -> NDArray:
+    """log(e^x - 1) for x > 0, without overflow for large x or loss for tiny x."""
+    x = np.asarray(x, dtype=np.float64)
+    with np.errstate(over="ignore", divide="ignore"):
+        return np.where(
+            x > 30.0,
+            x + np.log1p(-np.exp(-np.minimum(x, 1e300))),
+            np.log(np.expm1(np.minimum(x, 30.0))),
+        )
 
 
 def _randomized_response(source: dict[str, Any], orders: NDArray) -> NDArray:
