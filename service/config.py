@@ -33,7 +33,9 @@ class Settings(BaseSettings):
         default=None, description="Redis URL for the profile cache and job queue."
     )
     max_upload_bytes: int = Field(
-        default=8 * 1024**3, gt=0, description="Largest accepted checkpoint upload."
+        default=200 * 1024**3,
+        gt=0,
+        description="Largest accepted checkpoint upload (a bundle: all its files together).",
     )
     max_metadata_bytes: int = Field(
         default=1024**2, gt=0, description="Largest accepted metadata JSON."

@@ -47,6 +47,7 @@ from service.accounting.conversions import round_up
 from service.accounting.mechanisms import canonical_json
 from service.accounting.planning import Plan, PlanRequestSpec, default_objective, make_plan
 from service.errors import BudgetExceeded, StorageError
+from service.jobs.bundle_releases import is_bundle_release, release_bundle
 from service.jobs.ledger import check_cap
 from service.jobs.plans import candidate_rows, candidates_from, uses_lc, validation_evaluator
 from service.jobs.queue import Jobs
@@ -67,7 +68,11 @@ SAFETENSORS_DTYPE = {"float32": "F32", "bfloat16": "BF16", "float16": "F16"}
 
 
 def request_hash(
-    dataset_id: str, spec: PlanRequestSpec, candidate_ids: list[str], dtype: str | None = None
+    dataset_id: str,
+    spec: PlanRequestSpec,
+    candidate_ids: list[str],
+    dtype: str | None = None,
+    max_shard_size: int | None = None,
 ) -> str:
     """The release's idempotency key: only what can change the plan or the file.
 
@@ -86,6 +91,7 @@ def request_hash(
         "objective": objective,
         "candidates": sorted(candidate_ids),
         "dtype": dtype,
+        **({"max_shard_size": max_shard_size} if max_shard_size is not None else {}),
     }
     if objective == "metric":
         payload.update(
@@ -138,11 +144,13 @@ def retarget(
     spec: PlanRequestSpec,
     deployment: str | None = None,
     dtype: str | None = None,
+    max_shard_size: int | None = None,
 ) -> tuple[Release, bool]:
     """The release for this request: (release, created). Nothing is stored on failure.
 
     ``dtype`` ("float32", "bfloat16", "float16"): the float tensors of the released file
-    in that dtype (an RS release is then the drawn model cast); None keeps the inputs'."""
+    in that dtype (an RS release is then the drawn model cast); None keeps the inputs'.
+    ``max_shard_size``: bundles only, the largest output shard."""
     dataset = repository.get_dataset(session=session, dataset_id=dataset_id)
     if spec.objective == "metric" and spec.metric is None and dataset.metric:
         spec = PlanRequestSpec(**{**spec.__dict__, "metric": dataset.metric})
@@ -150,7 +158,7 @@ def retarget(
         rows = candidate_rows(session=session, dataset_id=dataset_id, model_ids=model_ids)
         candidates = candidates_from(rows, jobs, for_lc=uses_lc(spec))
         candidate_ids = [c.id for c in candidates]
-        key = request_hash(dataset_id, spec, candidate_ids, dtype)
+        key = request_hash(dataset_id, spec, candidate_ids, dtype, max_shard_size)
         existing = repository.release_by_request(
             session=session, request_hash=key
         ) or repository.release_by_request(
@@ -167,6 +175,7 @@ def retarget(
         ordered = sorted(plan.weights)
         release_id = new_id()
         drawn = None
+        kind, files = "safetensors", None
         if plan.method == "rs":
             # common random numbers (module doc): the same plan in another dtype, or a
             # near-identical one, selects the same model; a request first released
@@ -178,10 +187,30 @@ def retarget(
             sha, size = models[drawn].sha256, models[drawn].size_bytes
             if not blobs.exists(sha):
                 raise StorageError(f"the drawn model's weights ({sha}) are missing")
-            if dtype is not None:  # the drawn model, cast (weight 1: exact up to the cast)
+            if is_bundle_release(models):
+                sha, size, kind, files = release_bundle(
+                    blobs=blobs,
+                    models=models,
+                    weights=plan.weights,
+                    drawn=drawn,
+                    out_dtype=SAFETENSORS_DTYPE[dtype] if dtype is not None else None,
+                    max_shard_size=max_shard_size,
+                    provenance=release_provenance(release_id, dataset_id, plan),
+                )
+            elif dtype is not None:  # the drawn model, cast (weight 1: exact up to the cast)
                 cast = LinearMerge(out_dtype=SAFETENSORS_DTYPE[dtype])
                 provenance = release_provenance(release_id, dataset_id, plan)
                 sha, size = _merge(blobs, cast, models, {drawn: 1.0}, [drawn], provenance)
+        elif is_bundle_release(models):
+            sha, size, kind, files = release_bundle(
+                blobs=blobs,
+                models=models,
+                weights=plan.weights,
+                drawn=None,
+                out_dtype=SAFETENSORS_DTYPE[dtype] if dtype is not None else None,
+                max_shard_size=max_shard_size,
+                provenance=release_provenance(release_id, dataset_id, plan),
+            )
         else:
             method = (
                 LinearMerge(out_dtype=SAFETENSORS_DTYPE[dtype])
@@ -199,6 +228,7 @@ def retarget(
                 "model_ids": model_ids,
                 "deployment": deployment,
                 **({"dtype": dtype} if dtype is not None else {}),
+                **({"max_shard_size": max_shard_size} if max_shard_size is not None else {}),
             },
             method=plan.method,
             accountant=plan.accountant,
@@ -212,6 +242,8 @@ def retarget(
             sha256=sha,
             size_bytes=size,
             deployment=deployment,
+            kind=kind,
+            files=files,
         )
         session.add(release)
         session.flush()

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, RedirectResponse
 
 from service.accounting.conversions import round_up
 from service.accounting.planning import Plan
@@ -20,7 +20,7 @@ from service.api.schemas import (
     ReleasePublic,
     RetargetRequest,
 )
-from service.errors import ProfilesPending
+from service.errors import ProfilesPending, Unsupported
 from service.jobs import ledger
 from service.jobs import releases as release_service
 from service.registry import repository
@@ -49,6 +49,9 @@ def release_public(release: Release) -> ReleasePublic:
         sha256=release.sha256,
         size_bytes=release.size_bytes,
         download_url=f"/v1/releases/{release.id}/weights",
+        kind=release.kind,
+        files_url=f"/v1/releases/{release.id}/files",
+        archive_url=f"/v1/releases/{release.id}/archive",
         deployment=release.deployment,
         created_at=release.created_at,
         plan=to_public(plan, float(release.request["epsilon"])),
@@ -94,6 +97,7 @@ async def retarget(body: RetargetRequest, request: Request, ctx: ContextDep) -> 
                     spec=spec,
                     deployment=body.deployment,
                     dtype=body.dtype,
+                    max_shard_size=body.max_shard_size,
                 )
                 public = release_public(release)
         except ProfilesPending as exc:
@@ -104,6 +108,10 @@ async def retarget(body: RetargetRequest, request: Request, ctx: ContextDep) -> 
     if pending is not None:
         return pending
     assert public is not None
+    if "application/octet-stream" in request.headers.get("accept", "") and public.kind != (
+        "safetensors"
+    ):
+        return RedirectResponse(public.archive_url, status_code=303)
     if "application/octet-stream" in request.headers.get("accept", ""):
         response = blob_response(
             request, ctx.blobs, public.sha256, f"{public.release_id}.safetensors"
@@ -140,6 +148,11 @@ def get_release_weights(
 ) -> Response:
     """The released weights, with ETag = sha256, If-None-Match (304) and Range."""
     release = repository.get_release(session=session, release_id=release_id)
+    if release.files is not None:
+        raise Unsupported(
+            f"release {release_id!r} is a {release.kind} bundle: get /v1/releases/"
+            f"{release_id}/archive or its /files"
+        )
     return blob_response(request, blobs, release.sha256, f"{release.id}.safetensors")
 
 
