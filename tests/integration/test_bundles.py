@@ -16,7 +16,9 @@ from fastapi.testclient import TestClient
 from safetensors import safe_open
 from safetensors.torch import load_file
 
+from service.config import Settings
 from tests.bundle_helpers import tiny_llama, tiny_lora, upload_bundle
+from tests.conftest import Backend, authorize, blob_files
 from tests.helpers import sgd
 
 SIGMAS = (1.0, 1.2)
@@ -299,3 +301,47 @@ def test_lora_adapters_of_other_base_models_are_refused(
     resp = client.post("/v1/retarget", json=body)
     assert resp.status_code == 422, resp.text
     assert "base_model_name_or_path" in resp.json()["detail"]
+
+
+def test_a_bundle_over_the_size_limit_is_413_and_stores_nothing(
+    tmp_path: Path, backend: Backend, folders: dict[str, Path]
+) -> None:
+    from service.api.app import create_app
+
+    total = sum(p.stat().st_size for p in folders["llama0"].iterdir())
+    small = Settings(
+        data_dir=tmp_path / "small",
+        database_url=backend.url,
+        max_upload_bytes=total - 100,  # every file fits, the bundle does not
+        auto_migrate=False,
+    )
+    with TestClient(create_app(small, session_factory=backend.session_factory)) as c:
+        authorize(c, backend.session_factory)
+        ds = c.post("/v1/datasets", json={"name": "big"}).json()["id"]
+        resp = upload_bundle(c, folders["llama0"], meta(ds, "big", 1.0))
+        assert resp.status_code == 413, resp.text
+        assert c.get("/v1/models", params={"dataset_id": ds}).json()["count"] == 0
+    assert blob_files(small) == []
+
+
+def test_a_deployment_serves_its_bundle(
+    client: TestClient, folders: dict[str, Path], tmp_path: Path
+) -> None:
+    from transformers import AutoModelForCausalLM
+
+    reg = register(client, folders, ["llama0", "llama1"])
+    body = {"name": "chat", "dataset_id": reg["dataset"], "epsilon": 3.0, "delta": 1e-5}
+    resp = client.post("/v1/deployments", json={**body, "method": "lc"})
+    assert resp.status_code == 201, resp.text
+    assert resp.json()["archive_url"] == "/v1/deployments/chat/archive"
+    listing = client.get("/v1/deployments/chat/files").json()
+    assert listing["kind"] == "hf_bundle"
+    out = extract(client, "/v1/deployments/chat/archive", tmp_path / "out")
+    assert {f["path"] for f in listing["files"]} == {p.name for p in out.iterdir()}
+    AutoModelForCausalLM.from_pretrained(out)  # loads
+    etag = client.get("/v1/deployments/chat/archive").headers["etag"]
+    resp = client.get("/v1/deployments/chat/archive", headers={"If-None-Match": etag})
+    assert resp.status_code == 304
+    config = client.get("/v1/deployments/chat/files/config.json")
+    assert config.content == (folders["llama0"] / "config.json").read_bytes()
+    assert client.get("/v1/deployments/chat/model").status_code == 422

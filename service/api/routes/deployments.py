@@ -39,6 +39,7 @@ def deployment_public(session: Session, dep: Deployment) -> DeploymentPublic:
         policy_version=dep.policy_version,
         current_release_id=dep.current_release_id,
         model_url=f"/v1/deployments/{dep.name}/model",
+        archive_url=f"/v1/deployments/{dep.name}/archive",
         last_error=dep.last_error,
         created_at=dep.created_at,
         updated_at=dep.updated_at,
