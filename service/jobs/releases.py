@@ -38,6 +38,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -61,6 +62,9 @@ from service.registry.exposures import selection_uniform
 from service.registry.models import Model, Release, new_id
 
 MERGE_FOR = {"lc": "linear", "checkpoint_average": "checkpoint_average"}
+
+#: what a release stores: (sha256, size, kind, files)
+Artifact = tuple[str, int, str, list[dict[str, Any]] | None]
 
 
 #: a release's output dtype -> its safetensors name
@@ -145,12 +149,16 @@ def retarget(
     deployment: str | None = None,
     dtype: str | None = None,
     max_shard_size: int | None = None,
+    defer: tuple[int, Callable[[str, Callable[[], Artifact]], None]] | None = None,
 ) -> tuple[Release, bool]:
     """The release for this request: (release, created). Nothing is stored on failure.
 
     ``dtype`` ("float32", "bfloat16", "float16"): the float tensors of the released file
     in that dtype (an RS release is then the drawn model cast); None keeps the inputs'.
-    ``max_shard_size``: bundles only, the largest output shard."""
+    ``max_shard_size``: bundles only, the largest output shard. ``defer`` = (bytes,
+    submit): a merge of models larger than ``bytes`` is not run here; the release is
+    stored ``pending`` and ``submit(release_id, produce)`` runs ``produce`` later
+    (``service.jobs.async_releases``)."""
     dataset = repository.get_dataset(session=session, dataset_id=dataset_id)
     if spec.objective == "metric" and spec.metric is None and dataset.metric:
         spec = PlanRequestSpec(**{**spec.__dict__, "metric": dataset.metric})
@@ -175,7 +183,6 @@ def retarget(
         ordered = sorted(plan.weights)
         release_id = new_id()
         drawn = None
-        kind, files = "safetensors", None
         if plan.method == "rs":
             # common random numbers (module doc): the same plan in another dtype, or a
             # near-identical one, selects the same model; a request first released
@@ -184,41 +191,52 @@ def retarget(
             if drawn is None:
                 u = selection_uniform(session=session, dataset_id=dataset_id)
                 drawn = ordered[select([plan.weights[m] for m in ordered], u)]
-            sha, size = models[drawn].sha256, models[drawn].size_bytes
-            if not blobs.exists(sha):
-                raise StorageError(f"the drawn model's weights ({sha}) are missing")
+            if not blobs.exists(models[drawn].sha256):
+                raise StorageError(
+                    f"the drawn model's weights ({models[drawn].sha256}) are missing"
+                )
+        provenance = release_provenance(release_id, dataset_id, plan)
+        out_dtype = SAFETENSORS_DTYPE[dtype] if dtype is not None else None
+
+        def produce() -> Artifact:
             if is_bundle_release(models):
-                sha, size, kind, files = release_bundle(
+                return release_bundle(
                     blobs=blobs,
                     models=models,
                     weights=plan.weights,
                     drawn=drawn,
-                    out_dtype=SAFETENSORS_DTYPE[dtype] if dtype is not None else None,
+                    out_dtype=out_dtype,
                     max_shard_size=max_shard_size,
-                    provenance=release_provenance(release_id, dataset_id, plan),
+                    provenance=provenance,
                 )
-            elif dtype is not None:  # the drawn model, cast (weight 1: exact up to the cast)
-                cast = LinearMerge(out_dtype=SAFETENSORS_DTYPE[dtype])
-                provenance = release_provenance(release_id, dataset_id, plan)
-                sha, size = _merge(blobs, cast, models, {drawn: 1.0}, [drawn], provenance)
-        elif is_bundle_release(models):
-            sha, size, kind, files = release_bundle(
-                blobs=blobs,
-                models=models,
-                weights=plan.weights,
-                drawn=None,
-                out_dtype=SAFETENSORS_DTYPE[dtype] if dtype is not None else None,
-                max_shard_size=max_shard_size,
-                provenance=release_provenance(release_id, dataset_id, plan),
-            )
-        else:
+            if drawn is not None and out_dtype is None:
+                return models[drawn].sha256, models[drawn].size_bytes, "safetensors", None
+            if drawn is not None:  # the drawn model, cast (weight 1: exact up to the cast)
+                cast = LinearMerge(out_dtype=out_dtype)
+                return (
+                    *_merge(blobs, cast, models, {drawn: 1.0}, [drawn], provenance),
+                    "safetensors",
+                    None,
+                )
             method = (
-                LinearMerge(out_dtype=SAFETENSORS_DTYPE[dtype])
-                if dtype is not None
+                LinearMerge(out_dtype=out_dtype)
+                if out_dtype is not None
                 else METHODS[MERGE_FOR[plan.method]]()
             )
-            provenance = release_provenance(release_id, dataset_id, plan)
             sha, size = _merge(blobs, method, models, plan.weights, ordered, provenance)
+            return sha, size, "safetensors", None
+
+        merged = [drawn] if drawn is not None else ordered
+        heavy = drawn is None or out_dtype is not None or max_shard_size is not None
+        if defer is not None and heavy and max(models[m].size_bytes for m in merged) > defer[0]:
+            # async: the budget is reserved now (a pending row the ledger counts), the
+            # merge runs after the lock is released, and a failure deletes the row
+            sha, size, kind, files = "", 0, models[merged[0]].kind, None
+            defer[1](release_id, produce)
+            status = "pending"
+        else:
+            sha, size, kind, files = produce()
+            status = "done"
         release = Release(
             id=release_id,
             dataset_id=dataset_id,
@@ -244,6 +262,7 @@ def retarget(
             deployment=deployment,
             kind=kind,
             files=files,
+            status=status,
         )
         session.add(release)
         session.flush()

@@ -162,6 +162,8 @@ class Release(Base):
         String(16), default="safetensors", server_default="safetensors"
     )
     files: Mapped[list[Any] | None] = mapped_column(JSON)
+    #: done | pending (an async merge: the ledger counts it, its files are not there yet)
+    status: Mapped[str] = mapped_column(String(16), default="done", server_default="done")
     deployment: Mapped[str | None] = mapped_column(String(200))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 

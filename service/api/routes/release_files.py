@@ -22,6 +22,7 @@ from service.api.deps import BlobsDep, SessionDep, require
 from service.api.schemas import BundleFile, Problem, ReleaseFilesPublic
 from service.errors import NotFound, StorageError
 from service.jobs import deployments as deployment_service
+from service.jobs.async_releases import ready
 from service.registry import repository
 from service.registry.blobs import BlobStore
 from service.registry.models import Release
@@ -34,6 +35,7 @@ FilePath = Annotated[str, Path(max_length=512)]
 
 
 def release_files(release: Release) -> list[dict[str, Any]]:
+    ready(release)
     if release.files is not None:
         return list(release.files)
     return [{"path": "model.safetensors", "size": release.size_bytes, "sha256": release.sha256}]

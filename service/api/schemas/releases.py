@@ -40,6 +40,9 @@ class ReleasePublic(BaseModel):
     size_bytes: int
     download_url: str
     kind: str = "safetensors"
+    status: str = Field(
+        default="done", description="pending while an async merge runs (its budget is counted)"
+    )
     files_url: str
     archive_url: str
     deployment: str | None
