@@ -345,3 +345,23 @@ def test_a_deployment_serves_its_bundle(
     config = client.get("/v1/deployments/chat/files/config.json")
     assert config.content == (folders["llama0"] / "config.json").read_bytes()
     assert client.get("/v1/deployments/chat/model").status_code == 422
+
+
+def test_the_dashboard_serves_no_bundle_as_one_file_and_charges_nothing(
+    client: TestClient, folders: dict[str, Path]
+) -> None:
+    from service.dashboard.auth import COOKIE
+
+    reg = register(client, folders, ["llama0", "llama1"])
+    rel = release(client, reg, "lc")
+    signer = client.app.state.session_signer  # type: ignore[attr-defined]
+    admin = client.post("/v1/keys", json={"name": "boss", "scopes": ["admin"]}).json()
+    client.cookies.set(COOKIE, signer.issue(admin["id"]), path="/admin")
+    for url in (
+        f"/admin/models/{reg['ids'][0]}/weights",
+        f"/admin/releases/{rel['release_id']}/weights",
+    ):
+        resp = client.get(url)
+        assert resp.status_code == 422 and "bundle" in resp.text, (url, resp.text[:200])
+    ledger = client.get(f"/v1/datasets/{reg['dataset']}/ledger").json()
+    assert ledger["exposures"] == []
