@@ -39,6 +39,7 @@ from service.formats.bundles import (
 )
 from service.formats.checkpoints import read_signature
 from service.merging.base import merge_device
+from service.merging.linear import _Buffer
 from service.merging.safetensors_stream import DTYPES, FLOAT_DTYPES, header_bytes, tensor_views
 
 Chunks = Iterator[bytes | memoryview]
@@ -222,21 +223,35 @@ def _linear_chunks(
     metadata: dict[str, str],
     device: torch.device,
 ) -> Chunks:
-    """One output shard: header, then each tensor's float32 accumulation, cast."""
+    """One output shard: header, then each tensor's float32 accumulation, cast. The
+    accumulator and the cast buffer are reused across tensors (``linear._Buffer``)."""
     yield header_bytes({n: out_sig[n] for n in names}, metadata)
+    acc_buf = _Buffer(torch.float32, device)
+    in_buf = _Buffer(torch.float32, device)
+    out_buf = _Buffer(torch.float32, torch.device("cpu"))
     with ExitStack() as stack:
         files = _Files(stack)
         for name in sorted(names):
-            acc: torch.Tensor | None = None
-            for weight, where in sources:
-                # never write into the memory-mapped tensor: scale a float32 copy
-                t = files.tensor(where[name], name).to(device, torch.float32)
-                acc = t * weight if acc is None else acc.add_(t, alpha=weight)
+            shape = out_sig[name]["shape"]
+            acc = acc_buf.view(shape)
+            for k, (weight, where) in enumerate(sources):
+                # read only: on the CPU the tensor is the memory-mapped file itself
+                t = files.tensor(where[name], name).to(device, non_blocking=True)
+                if t.dtype != torch.float32:  # widen into a reused buffer (mixed-dtype
+                    t = in_buf.view(shape).copy_(t)  # arithmetic is several times slower)
+                if k == 0:
+                    torch.mul(t, weight, out=acc)
+                else:
+                    acc.add_(t, alpha=weight)
                 del t
-            assert acc is not None
-            out = acc.to(DTYPES[out_sig[name]["dtype"]][0]).cpu()
+            out_dtype = DTYPES[out_sig[name]["dtype"]][0]
+            if out_dtype == torch.float32 and acc.device.type == "cpu":
+                out = acc
+            else:
+                out_buf.dtype = out_dtype
+                out = out_buf.view(shape)
+                out.copy_(acc)
             yield from tensor_views(out)
-            del acc, out
 
 
 def _lora(
