@@ -365,3 +365,18 @@ def test_the_dashboard_serves_no_bundle_as_one_file_and_charges_nothing(
         assert resp.status_code == 422 and "bundle" in resp.text, (url, resp.text[:200])
     ledger = client.get(f"/v1/datasets/{reg['dataset']}/ledger").json()
     assert ledger["exposures"] == []
+
+
+def test_files_in_folders_keep_their_paths(
+    client: TestClient, folders: dict[str, Path], tmp_path: Path
+) -> None:
+    import shutil
+
+    folder = shutil.copytree(folders["llama0"], tmp_path / "copy")
+    (folder / "tokenizer").mkdir()
+    (folder / "tokenizer" / "vocab.txt").write_text("a\nb\n")
+    ds = client.post("/v1/datasets", json={"name": "nested"}).json()["id"]
+    resp = upload_bundle(client, folder, meta(ds, "nested", 1.0))
+    assert resp.status_code == 201, resp.text
+    paths = [f["path"] for f in resp.json()["files"]]
+    assert "tokenizer/vocab.txt" in paths
