@@ -25,8 +25,10 @@ ADAPTER_CONFIG = "adapter_config.json"
 MODEL_CARD = "README.md"
 PRIVACY = "privacy.json"
 INDEX_SUFFIX = ".safetensors.index.json"
-#: the most files one bundle may hold (shards, sidecars)
-MAX_FILES = 4096
+#: the most files one bundle may hold (shards, sidecars; a 405B model has ~200).
+#: The multipart parser keeps up to 1 MiB of each file part in memory before it
+#: spills to disk, so this also bounds an upload's memory (1 GiB at worst).
+MAX_FILES = 1024
 #: the largest index or adapter configuration parsed (both are small JSON)
 MAX_JSON_BYTES = 64 * 1024 * 1024
 
