@@ -39,14 +39,20 @@ def tiny_llama(folder: Path, seed: int, max_shard_size: str = "12KB") -> Path:
     return folder
 
 
-def tiny_lora(folder: Path, base: Path, seed: int, r: int, alpha: float) -> Path:
+def tiny_lora(
+    folder: Path, base: Path, seed: int, r: int, alpha: float, rslora: bool = False
+) -> Path:
     """A LoRA adapter of the tiny Llama at ``base`` with random A and B."""
     from peft import LoraConfig, get_peft_model
     from transformers import LlamaForCausalLM
 
     model = LlamaForCausalLM.from_pretrained(base)
     config = LoraConfig(
-        r=r, lora_alpha=alpha, target_modules=["q_proj", "v_proj"], lora_dropout=0.0
+        r=r,
+        lora_alpha=alpha,
+        target_modules=["q_proj", "v_proj"],
+        lora_dropout=0.0,
+        use_rslora=rslora,
     )
     peft_model = get_peft_model(model, config)
     gen = torch.Generator().manual_seed(seed)

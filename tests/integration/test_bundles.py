@@ -30,7 +30,8 @@ def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     llamas = [tiny_llama(root / f"llama{i}", seed=i) for i in range(2)]
     loras = [
         tiny_lora(root / "lora0", llamas[0], seed=10, r=2, alpha=4),
-        tiny_lora(root / "lora1", llamas[0], seed=11, r=4, alpha=2),
+        # rsLoRA: scaling lora_alpha / sqrt(r), folded in as well
+        tiny_lora(root / "lora1", llamas[0], seed=11, r=4, alpha=2, rslora=True),
     ]
     return {"llama0": llamas[0], "llama1": llamas[1], "lora0": loras[0], "lora1": loras[1]}
 
