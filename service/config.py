@@ -66,7 +66,9 @@ class Settings(BaseSettings):
         default=None, description="Redis URL for the profile cache and job queue."
     )
     max_upload_bytes: int = Field(
-        default=8 * 1024**3, gt=0, description="Largest accepted checkpoint upload."
+        default=200 * 1024**3,
+        gt=0,
+        description="Largest accepted checkpoint upload (a bundle: all its files together).",
     )
     max_metadata_bytes: int = Field(
         default=1024**2, gt=0, description="Largest accepted metadata JSON."
@@ -104,6 +106,11 @@ class Settings(BaseSettings):
         default=600.0, gt=0, description="Wall-clock budget of one plan job."
     )
     plan_job_workers: int = Field(default=2, ge=1, description="Plan jobs computing at once.")
+    release_async_bytes: int = Field(
+        default=256 * 1024**2,
+        ge=0,
+        description="A release merging models larger than this answers 202 and merges as a job.",
+    )
     queue_name: str = Field(default="retarget", description="RQ queue of the accounting jobs.")
     job_timeout_s: int = Field(default=1800, gt=0, description="Longest one job may run.")
     job_retries: int = Field(default=3, ge=0, description="Retries of a failed or lost job.")

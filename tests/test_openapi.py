@@ -27,12 +27,18 @@ def test_contract_paths_are_documented() -> None:
         "/v1/models",
         "/v1/models/{model_id}",
         "/v1/models/{model_id}/weights",
+        "/v1/releases/{release_id}/files",
+        "/v1/releases/{release_id}/files/{path}",
+        "/v1/releases/{release_id}/archive",
+        "/v1/deployments/{name}/archive",
         "/healthz",
         "/readyz",
     ):
         assert path in paths
     upload = paths["/v1/models"]["post"]["requestBody"]["content"]
-    assert set(upload["multipart/form-data"]["schema"]["properties"]) == {"weights", "metadata"}
+    schema = upload["multipart/form-data"]["schema"]
+    assert set(schema["properties"]) == {"weights", "files", "metadata"}
+    assert schema["required"] == ["metadata"]
 
 
 def test_every_error_answer_is_documented_as_problem_json() -> None:

@@ -28,6 +28,7 @@ from service.api.routes import (
     keys,
     models,
     plans,
+    release_files,
     releases,
     webhooks,
 )
@@ -57,6 +58,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     models.router,
     plans.router,
     releases.router,
+    release_files.router,
     deployments.router,
     webhooks.router,
     jobs_routes.router,

@@ -26,7 +26,7 @@ from service.dashboard.common import (
     viewer_can,
 )
 from service.dashboard.svg import Chart, Series
-from service.errors import Forbidden, StorageError
+from service.errors import Forbidden, StorageError, Unsupported
 from service.jobs.ledger import expose
 from service.jobs.queue import profiles_or_pending
 from service.registry import repository
@@ -176,6 +176,8 @@ def model_weights(model_id: str, request: Request, ctx: ContextDep, who: Viewer)
     with session_scope(ctx.session_factory) as session:
         model = repository.get_model(session=session, model_id=model_id)
         sha, name = model.sha256, f"{model.name}-v{model.version}.safetensors"
+        if model.files is not None:
+            raise Unsupported(f"model {model_id!r} is a {model.kind} bundle, not one file")
         if not not_modified(request, sha):
             if not ctx.blobs.exists(sha):
                 raise StorageError(f"blob {sha} is missing from the store")

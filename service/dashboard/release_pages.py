@@ -15,9 +15,10 @@ from service.dashboard.common import (
     Viewer,
     page,
 )
-from service.errors import ProfilesPending
+from service.errors import ProfilesPending, Unsupported
 from service.jobs import deployments as deployment_service
 from service.jobs import ledger, outbox
+from service.jobs.async_releases import ready
 from service.registry import repository
 from service.registry.db import session_scope
 from service.registry.exposures import list_exposures
@@ -78,6 +79,12 @@ def releases_page(request: Request, dataset_id: str, ctx: ContextDep, who: Viewe
 def release_weights(release_id: str, request: Request, ctx: ContextDep, who: Viewer) -> Response:
     with session_scope(ctx.session_factory) as session:
         release = repository.get_release(session=session, release_id=release_id)
+        ready(release)
+        if release.files is not None:
+            raise Unsupported(
+                f"release {release_id!r} is a {release.kind} bundle: download "
+                f"/v1/releases/{release_id}/archive with an API key"
+            )
         sha = release.sha256
     return blob_response(request, ctx.blobs, sha, f"release-{release_id}.safetensors")
 

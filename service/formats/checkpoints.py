@@ -38,11 +38,11 @@ def _refuse_foreign(head: bytes) -> None:
         )
 
 
-#: Tensor dtypes a checkpoint may hold: those the merges can read and write
-#: (``service.merging.safetensors_stream.DTYPES``). 8-bit floats, unsigned
-#: integers wider than a byte and complex tensors are refused at upload rather
-#: than failing later inside a merge.
-ACCEPTED_DTYPES = frozenset({"F64", "F32", "F16", "BF16", "I64", "I32", "I16", "I8", "U8", "BOOL"})
+#: Tensor dtypes a checkpoint may hold: the floats a merge combines. Integers and
+#: booleans cannot be weighted and summed, 8-bit floats and complex tensors cannot
+#: be merged either: all are refused at upload, naming the tensor, rather than
+#: failing (or being passed through unmerged) later inside a merge.
+ACCEPTED_DTYPES = frozenset({"F64", "F32", "F16", "BF16"})
 
 
 def _foreign_format(head: bytes) -> str | None:
@@ -83,11 +83,16 @@ def read_signature(path: Path) -> dict[str, Any]:
         raise InvalidUpload(f"not a valid safetensors file: {exc}") from exc
     if not tensors:
         raise InvalidUpload("the safetensors file holds no tensors")
-    refused = sorted({t["dtype"] for t in tensors.values()} - ACCEPTED_DTYPES)
+    refused = [
+        (n, t["dtype"]) for n, t in sorted(tensors.items()) if t["dtype"] not in ACCEPTED_DTYPES
+    ]
     if refused:
+        named = ", ".join(f"{n!r} ({d})" for n, d in refused[:5])
+        more = f" and {len(refused) - 5} more" if len(refused) > 5 else ""
         raise InvalidUpload(
-            f"tensor dtype {', '.join(refused)} is not accepted; "
-            f"use one of {', '.join(sorted(ACCEPTED_DTYPES))}"
+            f"tensor dtype not accepted: {named}{more}; a merge needs float tensors, "
+            f"one of {', '.join(sorted(ACCEPTED_DTYPES))}",
+            tensors=[n for n, _ in refused],
         )
     return dict(sorted(tensors.items()))
 

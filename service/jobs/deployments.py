@@ -268,6 +268,8 @@ def notification(session: Session, dep: Deployment, release: Release) -> dict[st
         "epsilon": dep.epsilon,
         "delta": dep.delta,
         "model_url": f"/v1/deployments/{dep.name}/model",
+        "kind": release.kind,
+        "archive_url": f"/v1/deployments/{dep.name}/archive",
     }
 
 

@@ -40,6 +40,8 @@ class _Job:
     keep: Callable[[Any], bool] = lambda _: True
     #: the API scope needed to read the job (a plan scored by the models: 'publish')
     scope: str | None = None
+    #: held to the wall-clock budget (a release's merge is not: it takes what it takes)
+    bounded: bool = True
     done: threading.Event = field(default_factory=threading.Event)
     value: Any = None
     error: BaseException | None = None
@@ -100,6 +102,7 @@ class PlanJobs:
         wait_s: float,
         keep: Callable[[Any], bool] = lambda _: True,
         scope: str | None = None,
+        bounded: bool = True,
     ) -> tuple[Any, JobInfo | None]:
         """``(answer, None)`` when the plan for ``key`` is ready within ``wait_s``
         (a domain error it raised is raised here); else ``(None, job)``. An answer
@@ -112,7 +115,7 @@ class PlanJobs:
             if job is None:
                 info = JobInfo(id=f"plan-{uuid.uuid4()}", kind="plan", status="queued")
                 info.enqueued_at = _now()
-                job = _Job(info=info, key=key, fn=fn, keep=keep, scope=scope)
+                job = _Job(info=info, key=key, fn=fn, keep=keep, scope=scope, bounded=bounded)
                 self._by_key[key] = job
                 self._by_id[info.id] = job
                 self._start_workers()
@@ -137,7 +140,7 @@ class PlanJobs:
             raise NotFound(f"no job with id {job_id!r}")
         info = job.info
         running_s = time.monotonic() - job.started if job.started is not None else 0.0
-        if not job.done.is_set() and running_s > self.budget_s:
+        if not job.done.is_set() and job.bounded and running_s > self.budget_s:
             info.status = "failed"
             info.error = f"the plan ran past its wall-clock budget of {self.budget_s:g} s"
         if job.done.is_set() and job.error is None and info.result is None:

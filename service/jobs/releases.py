@@ -38,6 +38,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -47,6 +48,7 @@ from service.accounting.conversions import round_up
 from service.accounting.mechanisms import canonical_json
 from service.accounting.planning import Plan, PlanRequestSpec, default_objective, make_plan
 from service.errors import BudgetExceeded, StorageError
+from service.jobs.bundle_releases import is_bundle_release, release_bundle
 from service.jobs.ledger import check_cap
 from service.jobs.plans import candidate_rows, candidates_from, uses_lc, validation_evaluator
 from service.jobs.queue import Jobs
@@ -61,13 +63,20 @@ from service.registry.models import Model, Release, new_id
 
 MERGE_FOR = {"lc": "linear", "checkpoint_average": "checkpoint_average"}
 
+#: what a release stores: (sha256, size, kind, files)
+Artifact = tuple[str, int, str, list[dict[str, Any]] | None]
+
 
 #: a release's output dtype -> its safetensors name
 SAFETENSORS_DTYPE = {"float32": "F32", "bfloat16": "BF16", "float16": "F16"}
 
 
 def request_hash(
-    dataset_id: str, spec: PlanRequestSpec, candidate_ids: list[str], dtype: str | None = None
+    dataset_id: str,
+    spec: PlanRequestSpec,
+    candidate_ids: list[str],
+    dtype: str | None = None,
+    max_shard_size: int | None = None,
 ) -> str:
     """The release's idempotency key: only what can change the plan or the file.
 
@@ -86,6 +95,7 @@ def request_hash(
         "objective": objective,
         "candidates": sorted(candidate_ids),
         "dtype": dtype,
+        **({"max_shard_size": max_shard_size} if max_shard_size is not None else {}),
     }
     if objective == "metric":
         payload.update(
@@ -138,11 +148,17 @@ def retarget(
     spec: PlanRequestSpec,
     deployment: str | None = None,
     dtype: str | None = None,
+    max_shard_size: int | None = None,
+    defer: tuple[int, Callable[[str, Callable[[], Artifact]], None]] | None = None,
 ) -> tuple[Release, bool]:
     """The release for this request: (release, created). Nothing is stored on failure.
 
     ``dtype`` ("float32", "bfloat16", "float16"): the float tensors of the released file
-    in that dtype (an RS release is then the drawn model cast); None keeps the inputs'."""
+    in that dtype (an RS release is then the drawn model cast); None keeps the inputs'.
+    ``max_shard_size``: bundles only, the largest output shard. ``defer`` = (bytes,
+    submit): a merge of models larger than ``bytes`` is not run here; the release is
+    stored ``pending`` and ``submit(release_id, produce)`` runs ``produce`` later
+    (``service.jobs.async_releases``)."""
     dataset = repository.get_dataset(session=session, dataset_id=dataset_id)
     if spec.objective == "metric" and spec.metric is None and dataset.metric:
         spec = PlanRequestSpec(**{**spec.__dict__, "metric": dataset.metric})
@@ -150,7 +166,7 @@ def retarget(
         rows = candidate_rows(session=session, dataset_id=dataset_id, model_ids=model_ids)
         candidates = candidates_from(rows, jobs, for_lc=uses_lc(spec))
         candidate_ids = [c.id for c in candidates]
-        key = request_hash(dataset_id, spec, candidate_ids, dtype)
+        key = request_hash(dataset_id, spec, candidate_ids, dtype, max_shard_size)
         existing = repository.release_by_request(
             session=session, request_hash=key
         ) or repository.release_by_request(
@@ -175,21 +191,52 @@ def retarget(
             if drawn is None:
                 u = selection_uniform(session=session, dataset_id=dataset_id)
                 drawn = ordered[select([plan.weights[m] for m in ordered], u)]
-            sha, size = models[drawn].sha256, models[drawn].size_bytes
-            if not blobs.exists(sha):
-                raise StorageError(f"the drawn model's weights ({sha}) are missing")
-            if dtype is not None:  # the drawn model, cast (weight 1: exact up to the cast)
-                cast = LinearMerge(out_dtype=SAFETENSORS_DTYPE[dtype])
-                provenance = release_provenance(release_id, dataset_id, plan)
-                sha, size = _merge(blobs, cast, models, {drawn: 1.0}, [drawn], provenance)
-        else:
+            if not blobs.exists(models[drawn].sha256):
+                raise StorageError(
+                    f"the drawn model's weights ({models[drawn].sha256}) are missing"
+                )
+        provenance = release_provenance(release_id, dataset_id, plan)
+        out_dtype = SAFETENSORS_DTYPE[dtype] if dtype is not None else None
+
+        def produce() -> Artifact:
+            if is_bundle_release(models):
+                return release_bundle(
+                    blobs=blobs,
+                    models=models,
+                    weights=plan.weights,
+                    drawn=drawn,
+                    out_dtype=out_dtype,
+                    max_shard_size=max_shard_size,
+                    provenance=provenance,
+                )
+            if drawn is not None and out_dtype is None:
+                return models[drawn].sha256, models[drawn].size_bytes, "safetensors", None
+            if drawn is not None:  # the drawn model, cast (weight 1: exact up to the cast)
+                cast = LinearMerge(out_dtype=out_dtype)
+                return (
+                    *_merge(blobs, cast, models, {drawn: 1.0}, [drawn], provenance),
+                    "safetensors",
+                    None,
+                )
             method = (
-                LinearMerge(out_dtype=SAFETENSORS_DTYPE[dtype])
-                if dtype is not None
+                LinearMerge(out_dtype=out_dtype)
+                if out_dtype is not None
                 else METHODS[MERGE_FOR[plan.method]]()
             )
-            provenance = release_provenance(release_id, dataset_id, plan)
             sha, size = _merge(blobs, method, models, plan.weights, ordered, provenance)
+            return sha, size, "safetensors", None
+
+        merged = [drawn] if drawn is not None else ordered
+        heavy = drawn is None or out_dtype is not None or max_shard_size is not None
+        if defer is not None and heavy and max(models[m].size_bytes for m in merged) > defer[0]:
+            # async: the budget is reserved now (a pending row the ledger counts), the
+            # merge runs after the lock is released, and a failure deletes the row
+            sha, size, kind, files = "", 0, models[merged[0]].kind, None
+            defer[1](release_id, produce)
+            status = "pending"
+        else:
+            sha, size, kind, files = produce()
+            status = "done"
         release = Release(
             id=release_id,
             dataset_id=dataset_id,
@@ -199,6 +246,7 @@ def retarget(
                 "model_ids": model_ids,
                 "deployment": deployment,
                 **({"dtype": dtype} if dtype is not None else {}),
+                **({"max_shard_size": max_shard_size} if max_shard_size is not None else {}),
             },
             method=plan.method,
             accountant=plan.accountant,
@@ -212,6 +260,9 @@ def retarget(
             sha256=sha,
             size_bytes=size,
             deployment=deployment,
+            kind=kind,
+            files=files,
+            status=status,
         )
         session.add(release)
         session.flush()

@@ -121,6 +121,12 @@ class Model(Base):
     signature_hash: Mapped[str] = mapped_column(String(64), index=True)
     sha256: Mapped[str] = mapped_column(String(64), index=True)
     size_bytes: Mapped[int] = mapped_column(BigInteger)
+    #: safetensors (one file) | hf_bundle | peft_lora (service.registry.bundles); a
+    #: bundle's sha256 is its manifest's blob and ``files`` lists [{path, size, sha256}]
+    kind: Mapped[str] = mapped_column(
+        String(16), default="safetensors", server_default="safetensors"
+    )
+    files: Mapped[list[Any] | None] = mapped_column(JSON)
 
     metrics: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     #: the declared network (service.merging.architecture), checked against the signature
@@ -161,6 +167,14 @@ class Release(Base):
     plan: Mapped[dict[str, Any]] = mapped_column(JSON)
     sha256: Mapped[str] = mapped_column(String(64), index=True)
     size_bytes: Mapped[int] = mapped_column(BigInteger)
+    #: safetensors (one file) | hf_bundle | peft_lora (service.registry.bundles); a
+    #: bundle's sha256 is its manifest's blob and ``files`` lists [{path, size, sha256}]
+    kind: Mapped[str] = mapped_column(
+        String(16), default="safetensors", server_default="safetensors"
+    )
+    files: Mapped[list[Any] | None] = mapped_column(JSON)
+    #: done | pending (an async merge: the ledger counts it, its files are not there yet)
+    status: Mapped[str] = mapped_column(String(16), default="done", server_default="done")
     deployment: Mapped[str | None] = mapped_column(String(200))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 

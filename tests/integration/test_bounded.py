@@ -55,16 +55,30 @@ def test_out_of_range_metadata_is_refused(
 
 
 @pytest.mark.parametrize(
-    "dtype", [torch.float8_e4m3fn, torch.uint16, torch.uint32, torch.uint64, torch.complex64]
+    "dtype",
+    [
+        torch.float8_e4m3fn,
+        torch.uint8,
+        torch.uint16,
+        torch.uint32,
+        torch.uint64,
+        torch.int8,
+        torch.int32,
+        torch.int64,
+        torch.bool,
+        torch.complex64,
+    ],
 )
 def test_upload_refuses_tensors_linear_combination_cannot_read(
     client: TestClient, dataset: str, dtype: torch.dtype
 ) -> None:
-    weights = save({"w": torch.zeros(4, dtype=torch.float32).to(dtype)})
+    weights = save({"ok": torch.zeros(2), "w": torch.zeros(4, dtype=torch.float32).to(dtype)})
     resp = upload(client, weights, meta(dataset))
     assert resp.status_code == 422, (dtype, resp.text[:300])
     assert resp.headers["content-type"] == PROBLEM
     assert "dtype" in resp.json()["detail"]
+    assert "'w'" in resp.json()["detail"] and "'ok'" not in resp.json()["detail"]
+    assert resp.json()["tensors"] == ["w"]
     assert count(client, dataset) == 0
 
 

@@ -16,7 +16,7 @@ from service.api.schemas import (
     PolicyUpdate,
     Problem,
 )
-from service.errors import NotFound
+from service.errors import NotFound, Unsupported
 from service.jobs import deployments as service
 from service.jobs.callbacks import AllowList, redact_url
 from service.jobs.runner import dispatch
@@ -39,6 +39,7 @@ def deployment_public(session: Session, dep: Deployment) -> DeploymentPublic:
         policy_version=dep.policy_version,
         current_release_id=dep.current_release_id,
         model_url=f"/v1/deployments/{dep.name}/model",
+        archive_url=f"/v1/deployments/{dep.name}/archive",
         last_error=dep.last_error,
         created_at=dep.created_at,
         updated_at=dep.updated_at,
@@ -182,4 +183,9 @@ def get_deployment_model(
     if dep.current_release_id is None:
         raise NotFound(f"deployment {name!r} has no release yet")
     release = repository.get_release(session=session, release_id=dep.current_release_id)
+    if release.files is not None:
+        raise Unsupported(
+            f"deployment {name!r} serves a {release.kind} bundle: get /v1/deployments/"
+            f"{name}/archive or its /files"
+        )
     return blob_response(request, blobs, release.sha256, f"{dep.name}.safetensors")

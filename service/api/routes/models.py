@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import io
 import json
 import logging
 import math
@@ -29,8 +30,10 @@ from service.api.deps import (
     require,
 )
 from service.api.routes.jobs import job_or_queued, pending_response
+from service.api.routes.model_uploads import UPLOAD_BODY
 from service.api.routes.plans import RECENT as RECENT_PLANS
 from service.api.schemas import (
+    BundleFile,
     Claimed,
     EpsilonPublic,
     Lineage,
@@ -48,6 +51,7 @@ from service.errors import (
     StorageError,
     Unsupported,
 )
+from service.formats.bundles import MAX_FILES
 from service.formats.streams import iter_file
 from service.jobs.claims import apply_claim_checks
 from service.jobs.ledger import expose
@@ -55,6 +59,7 @@ from service.jobs.plans import lc_released
 from service.jobs.profiles import cost_limits
 from service.jobs.queue import profiles_or_pending
 from service.registry import repository
+from service.registry.bundles import register_bundle
 from service.registry.db import session_scope
 from service.registry.keys import DOWNLOAD_SCOPE
 from service.registry.models import Model
@@ -63,32 +68,6 @@ from service.registry.references import open_reference
 log = logging.getLogger(__name__)
 
 router = APIRouter(prefix="/v1/models", tags=["models"])
-
-_UPLOAD_BODY = {
-    "requestBody": {
-        "required": True,
-        "content": {
-            "multipart/form-data": {
-                "schema": {
-                    "type": "object",
-                    "required": ["metadata"],
-                    "properties": {
-                        "weights": {
-                            "type": "string",
-                            "format": "binary",
-                            "description": "The checkpoint, a safetensors file (or "
-                            "metadata.weights_uri instead).",
-                        },
-                        "metadata": {
-                            "type": "string",
-                            "description": "JSON of the ModelCreate schema.",
-                        },
-                    },
-                }
-            }
-        },
-    }
-}
 
 
 def to_public(model: Model) -> ModelPublic:
@@ -122,6 +101,8 @@ def to_public(model: Model) -> ModelPublic:
         ),
         created_at=model.created_at,
         download_url=f"/v1/models/{model.id}/weights",
+        kind=model.kind,
+        files=[BundleFile(**f) for f in model.files] if model.files is not None else None,
     )
 
 
@@ -142,7 +123,12 @@ def parse_metadata(raw: str | bytes) -> ModelCreate:
         raise InvalidInput(f"invalid metadata: {detail}", errors=errs) from exc
 
 
-def _register(ctx: AppContext, meta: ModelCreate, weights: IO[bytes] | None) -> ModelPublic:
+def _register(
+    ctx: AppContext,
+    meta: ModelCreate,
+    weights: IO[bytes] | None,
+    files: list[tuple[str, IO[bytes]]] | None = None,
+) -> ModelPublic:
     reason = refusal(meta.mechanism, cost_limits(ctx.settings))
     if reason is not None:
         raise ProfileTooCostly(f"mechanism refused: {reason}")
@@ -160,17 +146,24 @@ def _register(ctx: AppContext, meta: ModelCreate, weights: IO[bytes] | None) -> 
         check_signature=meta.architecture.check if meta.architecture else None,
     )
     with session_scope(ctx.session_factory) as session:
-        model_id = repository.register_model(
-            session=session,
-            blobs=ctx.blobs,
-            spec=spec,
-            chunks=(
-                iter_file(weights)
-                if weights is not None
-                else open_reference(str(meta.weights_uri), ctx.settings, ctx.blobs)
-            ),
-            max_bytes=ctx.settings.max_upload_bytes,
-        ).id
+        limit = ctx.settings.max_upload_bytes
+        model_id = (
+            register_bundle(
+                session=session, blobs=ctx.blobs, spec=spec, files=files, max_bytes=limit
+            ).id
+            if files is not None
+            else repository.register_model(
+                session=session,
+                blobs=ctx.blobs,
+                spec=spec,
+                chunks=(
+                    iter_file(weights)
+                    if weights is not None
+                    else open_reference(str(meta.weights_uri), ctx.settings, ctx.blobs)
+                ),
+                max_bytes=limit,
+            ).id
+        )
     RECENT_PLANS.clear()  # plans of this dataset now have another candidate
     ctx.plan_jobs.clear()
     # The profile job (in process: done now, claim checked; on a worker: queued). A
@@ -196,7 +189,7 @@ def _register(ctx: AppContext, meta: ModelCreate, weights: IO[bytes] | None) -> 
     dependencies=[require("publish")],
     status_code=201,
     response_model=ModelPublic,
-    openapi_extra=_UPLOAD_BODY,
+    openapi_extra=UPLOAD_BODY,
     responses={
         404: {"model": Problem},
         409: {"model": Problem},
@@ -216,7 +209,7 @@ async def create_model(request: Request, ctx: ContextDep) -> ModelPublic:
         raise InvalidInput("send multipart/form-data with parts 'weights' and 'metadata'")
     try:
         form = await request.form(
-            max_files=2, max_fields=2, max_part_size=ctx.settings.max_metadata_bytes
+            max_files=MAX_FILES + 1, max_fields=2, max_part_size=ctx.settings.max_metadata_bytes
         )
     except (MultiPartException, StarletteHTTPException) as exc:
         # Starlette re-raises multipart errors as HTTPException(400)
@@ -237,10 +230,23 @@ async def create_model(request: Request, ctx: ContextDep) -> ModelPublic:
             meta = parse_metadata(text)
         else:
             meta = parse_metadata(raw)
+        parts = form.getlist("files")
         if meta.weights_uri is not None:
-            if weights is not None:
-                raise InvalidInput("send either a 'weights' part or metadata.weights_uri, not both")
+            if weights is not None or parts:
+                raise InvalidInput(
+                    "send either a 'weights' part, 'files' parts or metadata.weights_uri, "
+                    "not two of them"
+                )
             return await run_in_threadpool(_register, ctx, meta, None)
+        if parts:
+            if weights is not None:
+                raise InvalidInput("send either one 'weights' part or 'files' parts, not both")
+            files: list[tuple[str, IO[bytes]]] = [
+                (str(p.filename), p.file) for p in parts if isinstance(p, UploadFile) and p.filename
+            ]
+            if len(files) != len(parts):
+                raise InvalidInput("each 'files' part must be a file named by its bundle path")
+            return await run_in_threadpool(_register, ctx, meta, None, files)
         if not isinstance(weights, UploadFile):
             raise InvalidInput("the 'weights' part must be a file (a safetensors checkpoint)")
         return await run_in_threadpool(_register, ctx, meta, weights.file)
@@ -299,6 +305,8 @@ def get_model_weights(
         with session_scope(ctx.session_factory) as session:
             model = repository.get_model(session=session, model_id=model_id)
             sha, dataset_id = model.sha256, model.dataset_id
+            if model.files is not None:
+                raise Unsupported(f"model {model_id!r} is a {model.kind} bundle, not one file")
             filename = f"{model.name}-v{model.version}.safetensors"
             if not not_modified(request, sha):
                 if not ctx.blobs.exists(sha):

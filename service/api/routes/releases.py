@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, RedirectResponse
 
 from service.accounting.conversions import round_up
 from service.accounting.planning import Plan
@@ -10,6 +10,7 @@ from service.api.blob_responses import WEIGHTS_RESPONSES, blob_response
 from service.api.deps import BlobsDep, ContextDep, SessionDep, require
 from service.api.routes.jobs import job_or_queued, pending_response
 from service.api.routes.plans import spec_from, to_public
+from service.api.routes.release_jobs import Deferred, pending_release, submit
 from service.api.schemas import (
     CumulativePublic,
     ExposurePublic,
@@ -20,9 +21,10 @@ from service.api.schemas import (
     ReleasePublic,
     RetargetRequest,
 )
-from service.errors import ProfilesPending
+from service.errors import ProfilesPending, Unsupported
 from service.jobs import ledger
 from service.jobs import releases as release_service
+from service.jobs.async_releases import ready
 from service.registry import repository
 from service.registry.db import session_scope
 from service.registry.exposures import list_exposures
@@ -49,6 +51,10 @@ def release_public(release: Release) -> ReleasePublic:
         sha256=release.sha256,
         size_bytes=release.size_bytes,
         download_url=f"/v1/releases/{release.id}/weights",
+        kind=release.kind,
+        status=release.status,
+        files_url=f"/v1/releases/{release.id}/files",
+        archive_url=f"/v1/releases/{release.id}/archive",
         deployment=release.deployment,
         created_at=release.created_at,
         plan=to_public(plan, float(release.request["epsilon"])),
@@ -63,7 +69,10 @@ def release_public(release: Release) -> ReleasePublic:
     status_code=201,
     responses={
         200: {"model": ReleasePublic, "description": "this request was already served"},
-        202: {"model": PendingPublic, "description": "profiles are being computed"},
+        202: {
+            "model": PendingPublic,
+            "description": "profiles are being computed, or a large release is being merged",
+        },
         404: {"model": Problem},
         409: {"model": Problem, "description": "the release would break the dataset's cap"},
         422: {"model": Problem},
@@ -81,6 +90,8 @@ async def retarget(body: RetargetRequest, request: Request, ctx: ContextDep) -> 
     instead of the JSON.
     """
     spec = spec_from(body)
+    deferred: Deferred = []
+    defer = (ctx.settings.release_async_bytes, lambda rid, fn: deferred.append((rid, fn)))
 
     def run() -> tuple[ReleasePublic | None, bool, JSONResponse | None]:
         try:
@@ -94,6 +105,8 @@ async def retarget(body: RetargetRequest, request: Request, ctx: ContextDep) -> 
                     spec=spec,
                     deployment=body.deployment,
                     dtype=body.dtype,
+                    max_shard_size=body.max_shard_size,
+                    defer=defer,
                 )
                 public = release_public(release)
         except ProfilesPending as exc:
@@ -104,6 +117,14 @@ async def retarget(body: RetargetRequest, request: Request, ctx: ContextDep) -> 
     if pending is not None:
         return pending
     assert public is not None
+    if deferred:  # committed: the budget is reserved, the merge starts now
+        return submit(ctx, public, deferred)
+    if public.status == "pending":
+        return pending_release(public)
+    if "application/octet-stream" in request.headers.get("accept", "") and public.kind != (
+        "safetensors"
+    ):
+        return RedirectResponse(public.archive_url, status_code=303)
     if "application/octet-stream" in request.headers.get("accept", ""):
         response = blob_response(
             request, ctx.blobs, public.sha256, f"{public.release_id}.safetensors"
@@ -140,6 +161,12 @@ def get_release_weights(
 ) -> Response:
     """The released weights, with ETag = sha256, If-None-Match (304) and Range."""
     release = repository.get_release(session=session, release_id=release_id)
+    ready(release)
+    if release.files is not None:
+        raise Unsupported(
+            f"release {release_id!r} is a {release.kind} bundle: get /v1/releases/"
+            f"{release_id}/archive or its /files"
+        )
     return blob_response(request, blobs, release.sha256, f"{release.id}.safetensors")
 
 

@@ -22,6 +22,7 @@ from service.api.schemas.plans import (
     PlanWeight,
 )
 from service.api.schemas.registry import (
+    BundleFile,
     Claimed,
     DatasetCreate,
     DatasetPublic,
@@ -36,6 +37,7 @@ from service.api.schemas.releases import (
     CumulativePublic,
     ExposurePublic,
     LedgerPublic,
+    ReleaseFilesPublic,
     ReleasePublic,
     RetargetRequest,
 )
@@ -43,6 +45,7 @@ from service.api.schemas.releases import (
 __all__ = [
     "MAX_BIGINT",
     "MAX_INT",
+    "BundleFile",
     "Claimed",
     "CumulativePublic",
     "DatasetCreate",
@@ -78,6 +81,7 @@ __all__ = [
     "PolicyChangeWebhook",
     "PolicyUpdate",
     "Problem",
+    "ReleaseFilesPublic",
     "ReleasePublic",
     "RetargetRequest",
     "Text",

@@ -66,6 +66,7 @@ class DeploymentPublic(BaseModel):
     policy_version: int = Field(description="orders policy changes (older ones are refused)")
     current_release_id: str | None
     model_url: str
+    archive_url: str = Field(description="the current release's files as a tar (any kind)")
     last_error: str | None
     created_at: datetime
     updated_at: datetime

@@ -54,6 +54,14 @@ class DatasetsPublic(BaseModel):
     limit: int
 
 
+class BundleFile(BaseModel):
+    """One file of a bundle: its path in the bundle, its size and its sha256."""
+
+    path: str
+    size: int
+    sha256: str
+
+
 class Lineage(In):
     run_id: Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"^[^\x00]+$")]
     step: int | None = Field(default=None, ge=0, le=MAX_BIGINT)
@@ -120,6 +128,14 @@ class ModelPublic(BaseModel):
     )
     created_at: datetime
     download_url: str
+    kind: str = Field(
+        default="safetensors",
+        description="safetensors (one file), hf_bundle (a model folder: shards, index, "
+        "sidecars) or peft_lora (a PEFT LoRA adapter)",
+    )
+    files: list[BundleFile] | None = Field(
+        default=None, description="a bundle's files; None for a single safetensors file"
+    )
 
 
 class ModelsPublic(BaseModel):

@@ -8,10 +8,17 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field, StringConstraints
 
 from service.api.schemas.plans import PlanPublic, PlanRequest, PlanWeight
+from service.api.schemas.registry import BundleFile
 
 
 class RetargetRequest(PlanRequest):
     deployment: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = None
+    max_shard_size: int | None = Field(
+        default=None,
+        ge=1024,
+        le=2**50,
+        description="bundles: the largest output shard in bytes (default: the inputs' sharding)",
+    )
     dtype: Literal["float32", "bfloat16", "float16"] | None = Field(
         default=None,
         description="the released file's float tensors in this dtype (accumulation is "
@@ -32,6 +39,12 @@ class ReleasePublic(BaseModel):
     sha256: str
     size_bytes: int
     download_url: str
+    kind: str = "safetensors"
+    status: str = Field(
+        default="done", description="pending while an async merge runs (its budget is counted)"
+    )
+    files_url: str
+    archive_url: str
     deployment: str | None
     created_at: datetime
     plan: PlanPublic
@@ -72,3 +85,12 @@ class LedgerPublic(BaseModel):
     cumulative: CumulativePublic
     epsilon_cap: float | None
     delta_cap: float | None
+
+
+class ReleaseFilesPublic(BaseModel):
+    """A release's (or a deployment's current release's) files, as a serving stack
+    lays them out in a folder."""
+
+    release_id: str
+    kind: str
+    files: list[BundleFile]

@@ -1,0 +1,43 @@
+"""202 answers for releases merged as jobs (``service.jobs.async_releases``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from fastapi.responses import JSONResponse
+
+from service.api.deps import AppContext
+from service.api.routes.jobs import job_public
+from service.api.schemas import ReleasePublic
+from service.jobs.async_releases import finish
+from service.jobs.releases import Artifact
+
+#: deferred merges a request collects: (release id, the merge)
+Deferred = list[tuple[str, Callable[[], Artifact]]]
+
+
+def pending_release(public: ReleasePublic, job_id: str | None = None) -> JSONResponse:
+    """202: the release exists (its budget is counted) and its files are being merged."""
+    body = {
+        "status": "pending",
+        "detail": "the release is large: its budget is reserved and its files are being "
+        "merged; poll the release (status 'done') or the job",
+        "release": public.model_dump(mode="json"),
+    }
+    headers = {"Retry-After": "5", "Location": f"/v1/releases/{public.release_id}"}
+    if job_id is not None:
+        body["job_id"] = job_id
+    return JSONResponse(body, status_code=202, headers=headers)
+
+
+def submit(ctx: AppContext, public: ReleasePublic, deferred: Deferred) -> JSONResponse:
+    """Start the deferred merge on the API's job threads and answer 202."""
+    release_id, produce = deferred[0]
+
+    def work() -> None:
+        finish(ctx.session_factory, release_id, produce)
+
+    _, job = ctx.plan_jobs.run(
+        f"release\x00{release_id}", work, wait_s=0.0, scope="release", bounded=False
+    )
+    return pending_release(public, job_public(job).id if job is not None else None)
