@@ -6,9 +6,9 @@
 bundle is then the blob of its manifest. A release's ``status`` is ``pending`` while
 an async merge runs (the ledger counts it already), ``done`` after.
 
-Revision ID: 0012
-Revises: 0009
-Create Date: 2026-11-27 09:00:00
+Revision ID: 0011
+Revises: 0010
+Create Date: 2026-11-25 16:00:00
 """
 
 from collections.abc import Sequence
@@ -16,8 +16,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0012"
-down_revision: str | None = "0009"
+revision: str = "0011"
+down_revision: str | None = "0010"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
