@@ -233,8 +233,8 @@ async def create_model(request: Request, ctx: ContextDep) -> ModelPublic:
         if meta.weights_uri is not None:
             if weights is not None or parts:
                 raise InvalidInput(
-                    "send either a 'weights' part, 'files' parts or metadata.weights_uri, "
-                    "not two of them"
+                    "send either metadata.weights_uri or the file parts ('weights' or "
+                    "'files'), not both"
                 )
             return await run_in_threadpool(_register, ctx, meta, None)
         if parts:
