@@ -184,8 +184,11 @@ def _bis(
     forward = bis.forward_rdp(d, k, sigma, ints)
     exact = bis.forward_rdp_exact(d, k, sigma, ints)
     forward = np.where(np.isnan(exact), forward, np.minimum(exact, forward))
-    per_epoch = np.maximum(forward, bis.reverse_rdp(d, k, sigma, ints))
+    amgm = bis.reverse_rdp(d, k, sigma, ints)
+    allocation = bis.reverse_rdp_allocation(d, k, sigma, ints)
+    per_epoch = np.maximum(forward, np.minimum(amgm, allocation))
     rdp_known = safe(mech.epochs * per_epoch)
+    reverse = "random allocation" if np.all(allocation <= amgm) else "the smaller at each order"
     return {
         "rdp": RdpProfile(ORDERS, rdp_upper_bound(ints, rdp_known, ORDERS)),
         "pld": None,
@@ -194,8 +197,9 @@ def _bis(
             "privacy profile derived from RDP (Balle et al. 2020)"
         ],
         "methods": {
-            "rdp": f"forward: {bis.FORWARD_METHOD}; reverse: {bis.REVERSE_METHOD}; "
-            "fractional orders by the convexity chord; epochs composed",
+            "rdp": f"forward: {bis.FORWARD_METHOD}; reverse: {bis.REVERSE_METHOD}, and "
+            f"{bis.ALLOCATION_METHOD}; used: {reverse}; fractional orders by the convexity "
+            "chord; epochs composed",
             "pld": "derived from RDP",
         },
     }
