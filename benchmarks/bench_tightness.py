@@ -13,7 +13,7 @@ Sound: ours >= dp_accounting's optimistic PLD on the same grid (a lower bound on
 the truth up to its grid). Tight: ours / min(references). Prints every row, then
 median and worst per family and overall.
 
-Usage: .venv/bin/python benchmarks/bench_tightness.py [--sample]
+Usage: .venv/bin/python benchmarks/bench_tightness.py [--sample] [--family=NAME ...]
 """
 
 from __future__ import annotations
@@ -210,6 +210,9 @@ def main(argv: list[str]) -> None:
     cases = suite()
     if "--sample" in argv:
         cases = cases[::10]
+    families = [a.split("=", 1)[1] for a in argv if a.startswith("--family=")]
+    if families:
+        cases = [c for c in cases if c.family in families]
     rows = []
     for case in cases:
         row = measure(case)
