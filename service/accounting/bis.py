@@ -60,6 +60,40 @@ def reverse_rdp(d: int, k: int, noise_multiplier: float, orders: ArrayLike) -> N
     return np.asarray(lam * k * (1.0 + (a - 1.0) * k / d))
 
 
+#: The random-allocation bound on the reverse direction, used where it is the smaller.
+ALLOCATION_METHOD = (
+    "random allocation (Feldman and Shenfeld 2025, arXiv 2502.08202): RDP of the add "
+    "direction, k of d steps, integer orders >= 2"
+)
+
+
+def reverse_rdp_allocation(d: int, k: int, noise_multiplier: float, orders: ArrayLike) -> NDArray:
+    """D_alpha(Q || P) for random allocation of k of d steps (the same scheme: each
+    example in a uniformly random k-subset), at integer orders alpha >= 2; inf elsewhere.
+
+    Source: Feldman and Shenfeld 2025, arXiv 2502.08202, the RDP bound of the add
+    direction: with x = k (d - k) / (sigma^2 d^2),
+
+        D_alpha <= alpha k^2 / (2 sigma^2 d) + alpha k (d - k) / (2 sigma^2 d (alpha - 1))
+                   - d log(1 + alpha (e^x - 1)) / (2 (alpha - 1)).
+
+    Computed with log1p/expm1 (the last two terms nearly cancel for large d).
+    """
+    a = np.asarray(orders, dtype=np.float64)
+    s2 = noise_multiplier**2
+    x = k * (d - k) / (s2 * d * d)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        first = a * k * k / (2.0 * s2 * d)
+        second = a * k * (d - k) / (2.0 * s2 * d * (a - 1.0))
+        third = d * np.log1p(a * math.expm1(x)) / (2.0 * (a - 1.0))
+        out = first + second - third
+        # the last two terms nearly cancel: a margin of a few ulps of the largest
+        # covers the rounding of the difference
+        out = out + 8.0 * np.finfo(np.float64).eps * (first + second + np.abs(third))
+    ok = (a >= 2) & (np.floor(a) == a) & np.isfinite(out)
+    return np.where(ok, np.maximum(out, 0.0), np.inf)
+
+
 def _log_binom(n: int | float, r: NDArray) -> NDArray:
     return np.asarray(special.gammaln(n + 1) - special.gammaln(r + 1) - special.gammaln(n - r + 1))
 

@@ -29,7 +29,7 @@ from service.accounting.rdp import subsampled_gaussian_rdp
 DEFAULT_BUDGET = 5e-4
 #: Integer orders at which the rise is checked: from large-epsilon to tiny-epsilon optima.
 CHECK_ORDERS = np.array([2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 256.0])
-#: Prefixes evaluated at once while growing a group.
+#: Most prefixes evaluated at once while growing a group.
 _BATCH = 64
 
 
@@ -49,8 +49,10 @@ def group_steps(
     start, n = 0, q.shape[0]
     while start < n:
         end = start + 1  # the group is [start, end)
+        batch = 2  # grows while whole batches join, so short groups cost little
         while end < n:
-            stop = min(n, end + _BATCH)
+            stop = min(n, end + batch)
+            batch = min(2 * batch, _BATCH)
             # candidate groups [start, j] for j in end..stop-1
             q_top = np.maximum.accumulate(q[start:stop])[end - start - 1 :]
             s_low = np.minimum.accumulate(sigma[start:stop])[end - start - 1 :]

@@ -148,7 +148,17 @@ class PldPair:
         return max(0.0, float(eps))
 
     def compose(self, other: PldPair) -> PldPair:
-        return PldPair.from_pld(self.to_pld().compose(other.to_pld()))
+        """The composition; PLDs on different grids (each profile refines its own) are
+        first brought to the coarser one, every loss rounded up (pessimistic)."""
+        width = max(self.discretization, other.discretization)
+        a, b = self.regrid(width), other.regrid(width)
+        return PldPair.from_pld(a.to_pld().compose(b.to_pld()))
+
+    def regrid(self, width: float) -> PldPair:
+        """This PLD on a grid of ``width`` >= its own, each loss rounded up onto it."""
+        if width == self.discretization:
+            return self
+        return PldPair(remove=_regrid(self.remove, width), add=_regrid(self.add, width))
 
     def to_json(self) -> dict[str, Any]:
         return {"remove": _pmf_json(self.remove), "add": _pmf_json(self.add)}
@@ -156,6 +166,19 @@ class PldPair:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> PldPair:
         return cls(remove=_pmf_from_json(data["remove"]), add=_pmf_from_json(data["add"]))
+
+
+def _regrid(pmf: pld_pmf.DensePLDPmf, width: float) -> pld_pmf.DensePLDPmf:
+    """Every loss rounded up to a multiple of ``width``: each delta can only grow, since
+    delta(eps) = sum_l p_l (1 - e^(eps - l))_+ grows with every loss l."""
+    probs = np.asarray(pmf._probs, dtype=np.float64)
+    losses = (pmf._lower_loss + np.arange(probs.shape[0])) * pmf._discretization
+    index = np.ceil(losses / width).astype(np.int64)
+    # the division rounds: never let a loss land below itself
+    index[index * width < losses] += 1
+    lower = int(index[0]) if index.size else 0
+    out = np.bincount(index - lower, weights=probs) if index.size else np.zeros(1)
+    return pld_pmf.DensePLDPmf(width, lower, out, pmf._infinity_mass, pmf._pessimistic_estimate)
 
 
 def _pmf_json(pmf: pld_pmf.DensePLDPmf) -> dict[str, Any]:

@@ -7,6 +7,7 @@ loss, except where ``heuristic`` says the user opted into an approximation.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -33,6 +34,7 @@ from service.accounting.mechanisms import (
     RDPCurve,
 )
 from service.accounting.pld import PldPair, epsilon_delta_pld, subsampled_gaussian_pld
+from service.accounting.rdp import subsampled_gaussian_rdp
 from service.accounting.rdp_profile import (
     RdpProfile,
     from_source,
@@ -126,12 +128,27 @@ def _pessimistic_groups(
     exact = [(float(a), float(b), int(c)) for a, b, c in zip(q, sigma, counts, strict=True)]
     if q.shape[0] <= EXACT_PLD_GROUPS:
         return exact, False
-    budget = grouping.DEFAULT_BUDGET
-    while True:
+    # first guess: the spread of the per-step RDP shared out over the groups allowed
+    per_step = subsampled_gaussian_rdp(q, sigma, [16.0])[:, 0]
+    positive = per_step[per_step > 0]
+    spread = math.log(positive.max() / positive.min()) if positive.size else 0.0
+    budget = max(grouping.DEFAULT_BUDGET, spread / MAX_PLD_GROUPS)
+    grouped = grouping.group_steps(q, sigma, counts, budget)
+    lo = 0.0
+    while len(grouped) > MAX_PLD_GROUPS:
+        lo, budget = budget, budget * 2.0
         grouped = grouping.group_steps(q, sigma, counts, budget)
-        if len(grouped) <= MAX_PLD_GROUPS:
-            break
-        budget *= 2.0
+    if lo == 0.0 and budget > grouping.DEFAULT_BUDGET:
+        lo = grouping.DEFAULT_BUDGET
+    if lo > 0.0:
+        # the smallest budget that fits lies in (lo, budget]: narrow it down
+        for _ in range(2):
+            mid = math.sqrt(lo * budget)
+            trial = grouping.group_steps(q, sigma, counts, mid)
+            if len(trial) <= MAX_PLD_GROUPS:
+                budget, grouped = mid, trial
+            else:
+                lo = mid
     return grouped, len(grouped) < q.shape[0]
 
 
@@ -184,8 +201,11 @@ def _bis(
     forward = bis.forward_rdp(d, k, sigma, ints)
     exact = bis.forward_rdp_exact(d, k, sigma, ints)
     forward = np.where(np.isnan(exact), forward, np.minimum(exact, forward))
-    per_epoch = np.maximum(forward, bis.reverse_rdp(d, k, sigma, ints))
+    amgm = bis.reverse_rdp(d, k, sigma, ints)
+    allocation = bis.reverse_rdp_allocation(d, k, sigma, ints)
+    per_epoch = np.maximum(forward, np.minimum(amgm, allocation))
     rdp_known = safe(mech.epochs * per_epoch)
+    reverse = "random allocation" if np.all(allocation <= amgm) else "the smaller at each order"
     return {
         "rdp": RdpProfile(ORDERS, rdp_upper_bound(ints, rdp_known, ORDERS)),
         "pld": None,
@@ -194,8 +214,9 @@ def _bis(
             "privacy profile derived from RDP (Balle et al. 2020)"
         ],
         "methods": {
-            "rdp": f"forward: {bis.FORWARD_METHOD}; reverse: {bis.REVERSE_METHOD}; "
-            "fractional orders by the convexity chord; epochs composed",
+            "rdp": f"forward: {bis.FORWARD_METHOD}; reverse: {bis.REVERSE_METHOD}, and "
+            f"{bis.ALLOCATION_METHOD}; used: {reverse}; fractional orders by the convexity "
+            "chord; epochs composed",
             "pld": "derived from RDP",
         },
     }

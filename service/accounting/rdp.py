@@ -49,6 +49,18 @@ def _log_a_int(alpha: int, log_q: NDArray, log_1mq: NDArray, inv_2s2: NDArray) -
     out = np.empty(log_q.shape[0])
     rows = max(1, _BLOCK_ELEMENTS // (alpha + 1))
     uniq, inverse = np.unique(log_q, return_inverse=True)
+    if uniq.shape[0] > 8 and uniq.shape[0] * 2 > log_q.shape[0]:
+        # mostly distinct rates: one array per block of rows instead of a loop per rate
+        for start in range(0, log_q.shape[0], rows):
+            end = start + rows
+            terms = _log_expm1(np.multiply.outer(inv_2s2[start:end], quad[2:]))
+            terms += log_binom[2:] + np.multiply.outer(log_q[start:end], k[2:])
+            terms += np.multiply.outer(log_1mq[start:end], alpha - k[2:])
+            top = terms.max(axis=1)
+            terms -= top[:, None]
+            np.exp(terms, out=terms)
+            out[start:end] = np.logaddexp(0.0, np.log(terms.sum(axis=1)) + top)
+        return out
     for u, lq in enumerate(uniq):
         idx = np.flatnonzero(inverse == u)
         base = log_binom + k * lq + (alpha - k) * log_1mq[idx[0]]

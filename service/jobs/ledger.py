@@ -50,6 +50,9 @@ class LedgerBound:
     accountant: str
     exposed_model_ids: list[str]
     representatives: list[str]
+    #: some exposed model's profile rests on an approximation (shuffled batches
+    #: accounted as Poisson, opted into with accept_poisson_approximation)
+    heuristic: bool = False
 
 
 def ledger_delta(dataset: Dataset) -> float:
@@ -105,7 +108,8 @@ def ledger_bound(
     eps, used = (pld, "pld") if pld <= rdp else (rdp, "rdp")
     if len(releases) == 1 and releases[0][2] <= delta and releases[0][1] < eps:
         eps, used = releases[0][1], "release"
-    return LedgerBound(eps, delta, used, exposed, [m.id for m in reps])
+    heuristic = any(p.heuristic for p in profiles)
+    return LedgerBound(eps, delta, used, exposed, [m.id for m in reps], heuristic)
 
 
 def check_cap(

@@ -315,6 +315,8 @@ def release_provenance(release_id: str, dataset_id: str, plan: Plan) -> dict[str
         "retarget.bound": plan.bound,
         "retarget.service_version": __version__,
         **({"retarget.assumptions": "; ".join(assumptions)} if assumptions else {}),
+        # the guarantee rests on an approximation the trainer opted into
+        **({"retarget.heuristic": "true"} if plan.heuristic else {}),
     }
 
 

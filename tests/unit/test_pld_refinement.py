@@ -59,3 +59,20 @@ def test_large_epsilon_keeps_the_default_grid() -> None:
     }
     profile = compute_profile(parse_mechanism(mech))
     assert profile.parameters["discretization"] == pytest.approx(1e-4)
+
+
+def test_profiles_on_different_grids_compose_pessimistically() -> None:
+    import numpy as np
+
+    from service.accounting.pld import subsampled_gaussian_pld
+
+    fine = subsampled_gaussian_pld([(0.01, 2.0, 50)], 3.7e-5)
+    coarse = fine.regrid(1e-4)
+    assert coarse.discretization == 1e-4
+    for eps in np.linspace(0.0, 1.0, 41):
+        assert coarse.delta_remove(eps) >= fine.delta_remove(eps)
+        assert coarse.delta_add(eps) >= fine.delta_add(eps)
+    other = subsampled_gaussian_pld([(0.02, 1.5, 20)], 1e-4)
+    both = fine.compose(other)
+    assert both.discretization == 1e-4
+    assert both.epsilon(1e-5) >= coarse.compose(other).epsilon(1e-5) * (1 - 1e-12)

@@ -200,7 +200,10 @@ def get_ledger(dataset_id: str, ctx: ContextDep) -> LedgerPublic | JSONResponse:
                 ],
                 exposed_model_ids=bound.exposed_model_ids,
                 cumulative=CumulativePublic(
-                    epsilon=round_up(bound.epsilon), delta=bound.delta, accountant=bound.accountant
+                    epsilon=round_up(bound.epsilon),
+                    delta=bound.delta,
+                    accountant=bound.accountant,
+                    heuristic=bound.heuristic,
                 ),
                 epsilon_cap=dataset.epsilon_cap,
                 delta_cap=ledger.ledger_delta(dataset) if dataset.epsilon_cap is not None else None,

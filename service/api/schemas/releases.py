@@ -54,6 +54,11 @@ class CumulativePublic(BaseModel):
     epsilon: float
     delta: float
     accountant: str = Field(description="pld | rdp (joint release) | release | none")
+    heuristic: bool = Field(
+        default=False,
+        description="true when an exposed model's bound rests on an approximation "
+        "(shuffled batches accounted as Poisson sampling)",
+    )
 
 
 class ExposurePublic(BaseModel):
