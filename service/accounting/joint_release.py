@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+from numpy.typing import NDArray
+
 from service.accounting.orders import epsilon_any_order
 from service.accounting.pld import PldPair
 from service.accounting.profiles import PrivacyProfile
@@ -38,7 +41,14 @@ def joint_release_epsilon(profiles: list[PrivacyProfile], delta: float) -> tuple
     """(epsilon, "pld" or "rdp"): the smaller of the joint release's two bounds at
     ``delta`` (PLD only when every profile has one; inf if a model is non-private)."""
     groups = grouped(profiles)
-    rdp = epsilon_any_order(lambda a: sum(k * p.rdp_at(a) for p, k in groups), delta)
+
+    def rdp_at(orders: NDArray) -> NDArray:
+        total = np.zeros(np.shape(orders))
+        for p, k in groups:
+            total = total + k * p.rdp_at(orders)
+        return total
+
+    rdp = epsilon_any_order(rdp_at, delta)
     if any(p.non_private for p, _ in groups):
         return math.inf, "rdp"
     if not groups or any(p.pld is None for p, _ in groups):
