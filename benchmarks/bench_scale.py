@@ -1,14 +1,17 @@
 """Bounded work at scale, through the HTTP API of one in-process service (SQLite).
 
     .venv/bin/python benchmarks/bench_scale.py [--sizes 8 16 32 64] [--models 1000]
+        [--releases 40] [--repeat 5] [--skip plans costly pages]
 
-Registers max(sizes) DP-SGD models with distinct noise on one dataset and prints
-the latency of an ``auto``, ``lc`` and ``rs`` plan over the first N of them
-(profiles cached; the first plan of each N is the cold one). Then registers a
-mechanism with noise 0.05 and 10^7 steps and times its registration and a
-``/healthz`` probed while it runs. Then ``--models`` models (8 distinct
-mechanisms) on another dataset and 40 releases: the time of its dashboard
-dataset page and releases listing, cold and warm. Last, peak RSS.
+Plans: registers max(sizes) DP-SGD models with distinct noise on one dataset and
+times ``auto``, ``lc`` and ``rs`` plans over the first N of them: the first (cold:
+profiles of the N models' prefixes computed) and ``--repeat`` more with a target
+changed by 1e-9 each time (no plan cache hit; profiles cached). Costly: registers
+a mechanism with noise 0.05 and 10^7 steps, probing ``/healthz`` meanwhile. Pages:
+``--models`` models (8 distinct mechanisms) and ``--releases`` releases on another
+dataset, then the dashboard's dataset page (first page, and all models on one page),
+its releases page and the ledger API, cold and ``--repeat`` warm. Last, peak RSS.
+Figures are medians with (min-max).
 """
 
 from __future__ import annotations
@@ -16,15 +19,19 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import statistics
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from fastapi.testclient import TestClient
 
 from service.api.app import create_app
 from service.config import Settings
+from service.dashboard.auth import COOKIE
+from service.registry.keys import create_key
 from service.registry.migrate import upgrade
 from tests.helpers import checkpoint_bytes, sgd, upload
 
@@ -41,36 +48,17 @@ def register(client: TestClient, dataset: str, name: str, mechanism: dict) -> tu
     return resp.json()["id"], seconds
 
 
-def timed_plan(client: TestClient, body: dict) -> tuple[int, float, str]:
+def timed(call: Callable[[], object]) -> tuple[object, float]:
     start = time.perf_counter()
-    resp = client.post("/v1/plans", json=body)
-    seconds = time.perf_counter() - start
-    what = resp.json().get("method", resp.json().get("type", "")) if resp.content else ""
-    return resp.status_code, seconds, str(what)
+    out = call()
+    return out, time.perf_counter() - start
 
 
-def timed_get(client: TestClient, path: str) -> tuple[int, float]:
-    start = time.perf_counter()
-    resp = client.get(path)
-    return resp.status_code, time.perf_counter() - start
+def spread(values: list[float]) -> str:
+    return f"{statistics.median(values):.3f} ({min(values):.3f}-{max(values):.3f})"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--sizes", type=int, nargs="+", default=[8, 16, 32, 64])
-    parser.add_argument("--models", type=int, default=1000)
-    parser.add_argument("--releases", type=int, default=40)
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        settings = Settings(data_dir=Path(tmp), auth=False, plan_request_budget_s=600)
-        upgrade(url=settings.resolved_database_url)
-        with TestClient(create_app(settings)) as client:
-            run(client, args)
-    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"peak RSS: {peak_mib:.0f} MiB")
-
-
-def run(client: TestClient, args: argparse.Namespace) -> None:
+def plans(client: TestClient, args: argparse.Namespace) -> None:
     dataset = client.post("/v1/datasets", json={"name": "scale"}).json()["id"]
     n_max = max(args.sizes)
     ids, reg = [], []
@@ -78,8 +66,9 @@ def run(client: TestClient, args: argparse.Namespace) -> None:
         model_id, seconds = register(client, dataset, f"m{i}", sgd(0.8 + 0.02 * i, steps=300))
         ids.append(model_id)
         reg.append(seconds)
-    print(f"registered {n_max} distinct DP-SGD models, median {sorted(reg)[n_max // 2]:.2f} s each")
-    print("N | method | status | cold s | warm s | chosen")
+    print(f"registered {n_max} distinct DP-SGD models: {spread(reg)} s each")
+    print("| N | method | status | cold s | warm s | chosen |")
+    print("| --- | --- | --- | --- | --- | --- |")
     for n in args.sizes:
         for method in ("auto", "lc", "rs"):
             body = {
@@ -89,30 +78,45 @@ def run(client: TestClient, args: argparse.Namespace) -> None:
                 "method": method,
                 "model_ids": ids[:n],
             }
-            status, cold, what = timed_plan(client, body)
-            _, warm, _ = timed_plan(client, {**body, "epsilon": 4.0 + 1e-9})
-            print(f"{n} | {method} | {status} | {cold:.2f} | {warm:.2f} | {what}")
+            resp, cold = timed(lambda b=body: client.post("/v1/plans", json=b))
+            warm = []
+            for k in range(args.repeat):
+                other = {**body, "epsilon": 4.0 + 1e-9 * (k + 1)}
+                _, seconds = timed(lambda b=other: client.post("/v1/plans", json=b))
+                warm.append(seconds)
+            chosen = resp.json() if resp.status_code == 200 else {}  # type: ignore[attr-defined]
+            what = f"{chosen.get('method', '')} {len(chosen.get('weights', {}))} model(s)"
+            status = resp.status_code  # type: ignore[attr-defined]
+            print(f"| {n} | {method} | {status} | {cold:.2f} | {spread(warm)} | {what} |")
 
-    costly = sgd(0.05, steps=10**7)
+
+def costly(client: TestClient) -> None:
+    dataset = client.post("/v1/datasets", json={"name": "costly"}).json()["id"]
+    other, _ = register(client, dataset, "ordinary", sgd(1.0, steps=100))
     probes: list[float] = []
     done = threading.Event()
 
     def probe() -> None:
         while not done.is_set():
-            _, seconds = timed_get(client, "/healthz")
+            _, seconds = timed(lambda: client.get("/healthz"))
             probes.append(seconds)
 
     prober = threading.Thread(target=probe)
     prober.start()
-    _, seconds = register(client, dataset, "costly", costly)
+    meta = json.dumps({"dataset_id": dataset, "name": "c", "mechanism": sgd(0.05, steps=10**7)})
+    resp, seconds = timed(lambda: upload(client, WEIGHTS, meta))
     done.set()
     prober.join()
-    eps = client.get(f"/v1/models/{ids[0]}/epsilon", params={"delta": 1e-5}).status_code
+    eps = client.get(f"/v1/models/{other}/epsilon", params={"delta": 1e-5}).status_code
+    plan = client.post("/v1/plans", json={"dataset_id": dataset, "epsilon": 5.0, "delta": 1e-5})
     print(
-        f"noise 0.05, 10^7 steps: registered in {seconds:.2f} s; /healthz max "
-        f"{max(probes, default=0):.3f} s over {len(probes)} probes; other model's epsilon {eps}"
+        f"noise 0.05, 10^7 steps: {resp.status_code} in {seconds:.2f} s; /healthz max "  # type: ignore[attr-defined]
+        f"{max(probes, default=0):.3f} s over {len(probes)} probes; the other model's "
+        f"epsilon {eps}, a plan on the dataset {plan.status_code}"
     )
 
+
+def pages(client: TestClient, args: argparse.Namespace) -> None:
     big = client.post("/v1/datasets", json={"name": "thousand"}).json()["id"]
     start = time.perf_counter()
     for i in range(args.models):
@@ -123,10 +127,48 @@ def run(client: TestClient, args: argparse.Namespace) -> None:
         body = {"dataset_id": big, "epsilon": 50.0 + i, "delta": 1e-5, "method": "rs"}
         released += client.post("/v1/retarget", json=body).status_code in (200, 201)
     print(f"{released} of {args.releases} releases made")
-    for path in (f"/admin/datasets/{big}", f"/v1/datasets/{big}/ledger"):
-        status, cold = timed_get(client, path)
-        _, warm = timed_get(client, path)
-        print(f"GET {path.replace(big, '{id}')}: {status}, cold {cold:.2f} s, warm {warm:.2f} s")
+    print("| page | status | cold s | warm s |")
+    print("| --- | --- | --- | --- |")
+    for path in (
+        f"/admin/datasets/{big}",
+        f"/admin/datasets/{big}?limit=500",
+        f"/admin/datasets/{big}/releases",
+        f"/v1/datasets/{big}/ledger",
+        f"/v1/models?dataset_id={big}",
+    ):
+        resp, cold = timed(lambda p=path: client.get(p))
+        warm = [timed(lambda p=path: client.get(p))[1] for _ in range(args.repeat)]
+        status = resp.status_code  # type: ignore[attr-defined]
+        print(f"| GET {path.replace(big, '{id}')} | {status} | {cold:.3f} | {spread(warm)} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sizes", type=int, nargs="+", default=[8, 16, 32, 64])
+    parser.add_argument("--models", type=int, default=1000)
+    parser.add_argument("--releases", type=int, default=40)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--skip", nargs="*", default=[], choices=["plans", "costly", "pages"])
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        settings = Settings(data_dir=Path(tmp), auth=False, plan_request_budget_s=600)
+        upgrade(url=settings.resolved_database_url)
+        app = create_app(settings)
+        with TestClient(app) as client:
+            with app.state.ctx.session_factory() as session:
+                row, _ = create_key(session=session, name="bench", scopes=["admin"])
+                session.commit()
+                key_id = row.id
+            cookie = app.state.session_signer.issue(key_id)
+            client.cookies.set(COOKIE, cookie, path="/admin")
+            if "plans" not in args.skip:
+                plans(client, args)
+            if "costly" not in args.skip:
+                costly(client)
+            if "pages" not in args.skip:
+                pages(client, args)
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"peak RSS: {peak_mib:.0f} MiB")
 
 
 if __name__ == "__main__":

@@ -21,20 +21,26 @@ the bound over the dataset's cap is refused and nothing is shown.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.orm import Session
 
-from service.accounting import linear_combination as lc
 from service.accounting.conversions import round_up
+from service.accounting.joint_release import joint_release_epsilon, profile_identity
 from service.accounting.mechanisms import parse_mechanism
+from service.accounting.profiles import PrivacyProfile
 from service.errors import BudgetExceeded
+from service.jobs.lru import Lru
 from service.jobs.queue import Jobs, profiles_or_pending
 from service.registry import repository
 from service.registry.exposures import list_exposures, record_exposure
 from service.registry.models import Dataset, Exposure, Model
+
+#: Joint-release bounds by (multiset of profiles, delta): pure functions of the key.
+_BOUNDS: Lru[str, tuple[float, str]] = Lru(4096)
 
 #: The ledger's delta when a dataset declares no delta cap.
 DEFAULT_LEDGER_DELTA = 1e-5
@@ -103,13 +109,24 @@ def ledger_bound(
     profiles = profiles_or_pending(
         jobs, [(f"model {m.id!r}", parse_mechanism(m.mechanism)) for m in reps]
     )
-    rdp = lc.joint_epsilon(profiles, delta, "rdp")
-    pld = lc.joint_epsilon(profiles, delta, "pld")
-    eps, used = (pld, "pld") if pld <= rdp else (rdp, "rdp")
+    eps, used = joint_bound(profiles, delta)
     if len(releases) == 1 and releases[0][2] <= delta and releases[0][1] < eps:
         eps, used = releases[0][1], "release"
     heuristic = any(p.heuristic for p in profiles)
     return LedgerBound(eps, delta, used, exposed, [m.id for m in reps], heuristic)
+
+
+def joint_bound(profiles: list[PrivacyProfile], delta: float) -> tuple[float, str]:
+    """The joint release's bound, cached by the multiset of profiles and delta (the
+    releases page computes one per release, and most repeat: the same exposed set)."""
+    key = hashlib.sha256(
+        ("|".join(sorted(profile_identity(p) for p in profiles)) + f"@{delta!r}").encode()
+    ).hexdigest()
+    hit = _BOUNDS.get(key)
+    if hit is None:
+        hit = joint_release_epsilon(profiles, delta)
+        _BOUNDS.put(key, hit)
+    return hit
 
 
 def check_cap(

@@ -17,6 +17,7 @@ from numpy.typing import NDArray
 
 from service.accounting import random_selection as rs
 from service.accounting.curves import chord_upper_bound_rows
+from service.accounting.joint_release import profile_identity
 from service.accounting.planning.joint import joint
 from service.accounting.planning.types import (
     Candidate,
@@ -26,6 +27,7 @@ from service.accounting.planning.types import (
     noise_variance,
     score,
 )
+from service.accounting.profiles import PrivacyProfile
 from service.errors import InvalidInput, Unsupported
 
 PRIOR_NOTE = (
@@ -133,28 +135,46 @@ def _rs_scored_by_models(
     )
 
 
+def _distinct(keep: list[Candidate]) -> tuple[list[PrivacyProfile], NDArray]:
+    """The distinct profiles among the candidates and, per candidate, its profile's
+    index: a thousand models trained with a few configurations cost a few curves."""
+    seen: dict[str, int] = {}
+    distinct: list[PrivacyProfile] = []
+    index = []
+    for c in keep:
+        key = profile_identity(c.profile)
+        if key not in seen:
+            seen[key] = len(distinct)
+            distinct.append(c.profile)
+        index.append(seen[key])
+    return distinct, np.array(index, dtype=np.int64)
+
+
 def _rs_one(
     keep: list[Candidate], utility: NDArray, spec: PlanRequestSpec, acc: str, objective: str
 ) -> tuple[Plan | None, float]:
     """One accountant's RS plan, or (None, smallest reachable epsilon)."""
     if acc == "rdp":
-        orders = rs.planning_orders([c.profile.rdp_at for c in keep], spec.delta)
-        rdp = np.array([c.profile.rdp_at(orders) for c in keep])
+        distinct, index = _distinct(keep)
+
+        def rows(a: NDArray) -> NDArray:  # one row per candidate, computed per mechanism
+            return np.array([p.rdp_at(a) for p in distinct])[index]
+
+        orders = rs.planning_orders([p.rdp_at for p in distinct], spec.delta)
+        rdp = rows(orders)
         result = rs.plan_rs_rdp(utility, rdp, orders, spec.epsilon, spec.delta)
         if result is None:
             return None, rs.min_epsilon_rs_rdp(rdp, orders, spec.delta)
-        achieved = rs.rs_rdp_epsilon_any_order(
-            result.pi, lambda a: np.array([c.profile.rdp_at(a) for c in keep]), spec.delta
-        )
+        achieved = rs.rs_rdp_epsilon_any_order(result.pi, rows, spec.delta)
         bound = "Theorem 5.1 (RS, RDP; Algorithm 1)"
     else:
         at = curves_at(keep)
         # At the target itself use each profile's exact deltas (the tabulated curves are
         # upper bounds a hair above them): a model that meets the target alone must be
         # feasible here. The curves serve the bisections below.
-        exact = [c.profile.delta_directions(spec.epsilon) for c in keep]
-        remove = np.array([d[0] for d in exact])
-        add = np.array([d[1] for d in exact])
+        distinct, index = _distinct(keep)
+        exact = np.array([p.delta_directions(spec.epsilon) for p in distinct])[index]
+        remove, add = exact[:, 0], exact[:, 1]
         result = rs.plan_rs_pld(utility, remove, add, spec.delta)
         if result is None:
             return None, rs.min_epsilon_rs_pld(at, spec.delta)
