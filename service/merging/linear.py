@@ -103,7 +103,3 @@ def shared_metadata(inputs: list[MergeInput]) -> dict[str, str]:
             meta = dict(fh.metadata() or {})
         common = meta if common is None else {k: v for k, v in common.items() if meta.get(k) == v}
     return common or {}
-
-
-#: the reusable buffer (bundles import it from here)
-_Buffer = Buffer
