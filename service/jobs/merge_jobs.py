@@ -62,9 +62,12 @@ def run_merge(factory: sessionmaker[Session], blobs: BlobStore, release_id: str)
     """Merge a pending release's files from what the database holds (a worker's job)."""
     with session_scope(factory) as session:
         release = session.get(Release, release_id)
-        if release is None or release.status != "pending":
-            # merged already, or failed and deleted (its budget given back)
-            return {"release_id": release_id, "status": "skipped"}
+        if release is None:  # a retry of a merge that raised (and deleted it): failed
+            raise RuntimeError(
+                f"release {release_id!r} is gone: its merge failed and its budget was given back"
+            )
+        if release.status != "pending":  # merged by an attempt whose worker was lost
+            return {"release_id": release_id, "status": "done"}
         args = _produce_args(session, release)
     finish(factory, release_id, lambda: produce(blobs=blobs, **args))
     return {"release_id": release_id, "status": "done"}

@@ -17,6 +17,8 @@ from safetensors.torch import load
 
 from service.api.app import create_app
 from service.config import Settings
+from service.jobs import release_artifacts
+from service.jobs.merge_jobs import run_merge
 from service.jobs.worker import build_worker, worker_queues
 from tests.conftest import authorize
 from tests.helpers import checkpoint_bytes, sgd, upload
@@ -120,3 +122,28 @@ def test_a_worker_on_the_main_queue_alone_leaves_the_release_pending(
     assert worker_queues(env) == [env.queue_name, env.merge_queue]
     work(env, None)
     assert client.get(f"/v1/releases/{release_id}").json()["status"] == "done"
+
+
+def test_a_merge_that_fails_on_the_merge_worker_gives_the_budget_back(
+    client: TestClient, env: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    jobs = client.app.state.ctx.jobs  # type: ignore[attr-defined]
+    monkeypatch.setattr(jobs, "settings", jobs.settings.model_copy(update={"job_retries": 0}))
+    pending, _ = pending_release(client, env)
+    release_id, job_id = pending["release"]["release_id"], pending["job_id"]
+    ds = client.get(f"/v1/releases/{release_id}").json()["dataset_id"]
+    assert client.get(f"/v1/datasets/{ds}/ledger").json()["exposed_model_ids"]
+
+    def broken(*args: object, **kwargs: object) -> tuple[str, int]:
+        raise OSError("the merge host's disk is full")
+
+    monkeypatch.setattr(release_artifacts, "merge", broken)
+    work(env, ["merges"])
+    job = client.get(f"/v1/jobs/{job_id}").json()
+    assert job["status"] == "failed" and "disk is full" in job["error"]
+    assert client.get(f"/v1/releases/{release_id}").status_code == 404
+    ledger = client.get(f"/v1/datasets/{ds}/ledger").json()
+    assert ledger["releases"] == [] and ledger["exposed_model_ids"] == []
+    # a retry of it (a worker lost after the delete) fails too, and says why
+    with pytest.raises(RuntimeError, match="is gone"):
+        run_merge(client.app.state.ctx.session_factory, client.app.state.ctx.blobs, release_id)  # type: ignore[attr-defined]
