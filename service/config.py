@@ -112,6 +112,15 @@ class Settings(BaseSettings):
         description="A release merging models larger than this answers 202 and merges as a job.",
     )
     queue_name: str = Field(default="retarget", description="RQ queue of the accounting jobs.")
+    merge_queue: str = Field(
+        default="merges",
+        description="RQ queue of the async release merges (a GPU host: "
+        "`retarget worker --queue merges`).",
+    )
+    merge_device: Literal["auto", "cpu", "cuda"] = Field(
+        default="auto",
+        description="Where a linear merge accumulates: cuda, cpu, or auto (cuda if there is one).",
+    )
     job_timeout_s: int = Field(default=1800, gt=0, description="Longest one job may run.")
     job_retries: int = Field(default=3, ge=0, description="Retries of a failed or lost job.")
     worker_monitoring_interval_s: int = Field(

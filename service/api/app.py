@@ -45,6 +45,7 @@ from service.jobs.runner import RUNNERS
 from service.jobs.store import redis_client
 from service.jobs.tasks import TASKS
 from service.merging.base import configure_threads
+from service.merging.device import configure_device
 from service.registry import repository
 from service.registry.db import make_engine, make_sessionmaker, pool_options
 from service.registry.stores import make_blob_store
@@ -79,6 +80,7 @@ def create_app(
     engine = make_engine(settings.resolved_database_url, **pool_options(settings))
     repository.LOCK_TIMEOUT_S = settings.release_lock_timeout_s
     configure_threads(settings.torch_threads_per_merge)
+    configure_device(settings.merge_device)  # small releases merge in the request
     factory = session_factory or make_sessionmaker(engine)
     jobs: Jobs = (
         RQJobs(redis_client(settings.redis_url), settings, tasks=TASKS)

@@ -142,19 +142,26 @@ def _data_place_given() -> bool:
 def cmd_worker(
     burst: Annotated[bool, typer.Option(help="exit when the queue is empty")] = False,
     name: Annotated[str | None, typer.Option(help="worker name (default: host and pid)")] = None,
+    queue: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="a queue to listen on (repeatable; default: the main queue and the merge "
+            "queue; a merge host: --queue merges)"
+        ),
+    ] = None,
 ) -> int:
-    """Run an accounting worker (needs RETARGET_REDIS_URL)."""
-    from service.jobs.worker import run_worker
+    """Run a worker (needs RETARGET_REDIS_URL): accounting jobs and release merges."""
+    from service.jobs.worker import run_worker, worker_queues
 
     settings = Settings()
     if settings.auto_migrate:
         _migrate(settings)
     print(
-        f"Retarget worker on queue {settings.queue_name!r} at {settings.redis_url}; "
+        f"Retarget worker on queue(s) {worker_queues(settings, queue)} at {settings.redis_url}; "
         f"database={_redact(settings.resolved_database_url)}",
         flush=True,
     )
-    run_worker(settings, burst=burst, name=name)
+    run_worker(settings, burst=burst, name=name, queues=queue)
     return 0
 
 

@@ -30,10 +30,7 @@ def finish(
         sha, size, kind, files = produce()
     except BaseException:
         log.exception("the merge of release %s failed; its budget is given back", release_id)
-        with session_scope(factory) as session:
-            row = session.get(Release, release_id)
-            if row is not None and row.status == "pending":
-                session.delete(row)
+        abandon(factory, release_id)
         raise
     with session_scope(factory) as session:
         row = session.get(Release, release_id)
@@ -41,6 +38,15 @@ def finish(
             return
         row.sha256, row.size_bytes, row.kind, row.files = sha, size, kind, files
         row.status = "done"
+
+
+def abandon(factory: sessionmaker[Session], release_id: str) -> None:
+    """Delete a release still pending (its merge failed or was never queued): its
+    budget is given back, as nothing of it was shown."""
+    with session_scope(factory) as session:
+        row = session.get(Release, release_id)
+        if row is not None and row.status == "pending":
+            session.delete(row)
 
 
 def ready(release: Release) -> None:

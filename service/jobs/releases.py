@@ -48,24 +48,16 @@ from service.accounting.conversions import round_up
 from service.accounting.mechanisms import canonical_json
 from service.accounting.planning import Plan, PlanRequestSpec, default_objective, make_plan
 from service.errors import BudgetExceeded, StorageError
-from service.jobs.bundle_releases import is_bundle_release, release_bundle
+from service.jobs import release_artifacts
 from service.jobs.ledger import check_cap
 from service.jobs.plans import candidate_rows, candidates_from, uses_lc, validation_evaluator
 from service.jobs.queue import Jobs
-from service.merging.base import MergeInput
-from service.merging.linear import LinearMerge
+from service.jobs.release_artifacts import Artifact
 from service.merging.random_selection import select
-from service.merging.registry import METHODS
 from service.registry import repository
 from service.registry.blobs import BlobStore
 from service.registry.exposures import selection_uniform
-from service.registry.models import Model, Release, new_id
-
-MERGE_FOR = {"lc": "linear", "checkpoint_average": "checkpoint_average"}
-
-#: what a release stores: (sha256, size, kind, files)
-Artifact = tuple[str, int, str, list[dict[str, Any]] | None]
-
+from service.registry.models import Release, new_id
 
 #: a release's output dtype -> its safetensors name
 SAFETENSORS_DTYPE = {"float32": "F32", "bfloat16": "BF16", "float16": "F16"}
@@ -199,32 +191,16 @@ def retarget(
         out_dtype = SAFETENSORS_DTYPE[dtype] if dtype is not None else None
 
         def produce() -> Artifact:
-            if is_bundle_release(models):
-                return release_bundle(
-                    blobs=blobs,
-                    models=models,
-                    weights=plan.weights,
-                    drawn=drawn,
-                    out_dtype=out_dtype,
-                    max_shard_size=max_shard_size,
-                    provenance=provenance,
-                )
-            if drawn is not None and out_dtype is None:
-                return models[drawn].sha256, models[drawn].size_bytes, "safetensors", None
-            if drawn is not None:  # the drawn model, cast (weight 1: exact up to the cast)
-                cast = LinearMerge(out_dtype=out_dtype)
-                return (
-                    *_merge(blobs, cast, models, {drawn: 1.0}, [drawn], provenance),
-                    "safetensors",
-                    None,
-                )
-            method = (
-                LinearMerge(out_dtype=out_dtype)
-                if out_dtype is not None
-                else METHODS[MERGE_FOR[plan.method]]()
+            return release_artifacts.produce(
+                blobs=blobs,
+                models=models,
+                method=plan.method,
+                weights=plan.weights,
+                drawn=drawn,
+                out_dtype=out_dtype,
+                max_shard_size=max_shard_size,
+                provenance=provenance,
             )
-            sha, size = _merge(blobs, method, models, plan.weights, ordered, provenance)
-            return sha, size, "safetensors", None
 
         merged = [drawn] if drawn is not None else ordered
         heavy = drawn is None or out_dtype is not None or max_shard_size is not None
@@ -318,23 +294,3 @@ def release_provenance(release_id: str, dataset_id: str, plan: Plan) -> dict[str
         # the guarantee rests on an approximation the trainer opted into
         **({"retarget.heuristic": "true"} if plan.heuristic else {}),
     }
-
-
-def _merge(
-    blobs: BlobStore,
-    method: Any,
-    models: dict[str, Model],
-    weights: dict[str, float],
-    ordered: list[str],
-    provenance: dict[str, str],
-) -> tuple[str, int]:
-    """Stream the merge into a staged blob and move it into place (both or nothing)."""
-    inputs = []
-    for mid in ordered:
-        path = blobs.local_path(models[mid].sha256)
-        if not path.is_file():
-            raise StorageError(f"the weights of model {mid!r} are missing from the store")
-        inputs.append(MergeInput(path, weights[mid]))
-    staged = blobs.stage(method.chunks(inputs, provenance))
-    blobs.promote(staged)
-    return staged.sha256, staged.size

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from service.config import Settings
+from service.jobs.merge_jobs import run_merge
 from service.jobs.profile_task import lock_key, on_failure, profile_task
 from service.jobs.queue import RQJobs
 from service.jobs.runner import WorkContext, run_notify, run_outbox, run_policy_change
@@ -21,11 +22,13 @@ TASKS = {
     "outbox": "service.jobs.tasks.outbox_task",
     "policy_change": "service.jobs.tasks.policy_change_task",
     "notify": "service.jobs.tasks.notify_task",
+    "merge": "service.jobs.tasks.merge_task",
 }
 
 __all__ = [
     "TASKS",
     "lock_key",
+    "merge_task",
     "notify_task",
     "on_failure",
     "outbox_task",
@@ -61,3 +64,9 @@ def policy_change_task(**kwargs: Any) -> dict[str, Any]:
 def notify_task(**kwargs: Any) -> dict[str, Any]:
     """Announce a deployment's release (a job queued before the outbox)."""
     return run_notify(worker_context(), **kwargs)
+
+
+def merge_task(release_id: str) -> dict[str, Any]:
+    """Merge a pending release's files (a job of the merge queue)."""
+    ctx = worker_context()
+    return run_merge(ctx.session_factory, ctx.blobs, release_id)

@@ -1,4 +1,4 @@
-"""`retarget worker`: an RQ worker on the accounting queue."""
+"""`retarget worker`: an RQ worker on the accounting queue and the merge queue."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from service.config import Settings
 from service.jobs.runner import drain
 from service.jobs.tasks import worker_context
 from service.merging.base import configure_threads
+from service.merging.device import configure_device
 
 log = logging.getLogger(__name__)
 
@@ -78,14 +79,27 @@ class RetargetWorker(Worker):
         return int(self.job_monitoring_interval) + self.heartbeat_slack_s
 
 
-def build_worker(settings: Settings, name: str | None = None) -> RetargetWorker:
+def worker_queues(settings: Settings, queues: list[str] | None = None) -> list[str]:
+    """The queues a worker listens on, first first: those named, else the main queue and
+    the merge queue (one worker does everything)."""
+    return list(dict.fromkeys(queues or [settings.queue_name, settings.merge_queue]))
+
+
+def build_worker(
+    settings: Settings, name: str | None = None, queues: list[str] | None = None
+) -> RetargetWorker:
     configure_threads(settings.torch_threads_per_merge)
+    names = worker_queues(settings, queues)
+    try:  # a missing GPU refuses to start here, not in the middle of a merge
+        configure_device(settings.merge_device)
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from exc
     if not settings.redis_url:
         raise SystemExit("retarget worker needs RETARGET_REDIS_URL (a Redis server)")
     # No socket timeout here: the worker blocks on the queue for up to a minute.
     connection = redis.Redis.from_url(settings.redis_url)
     worker = RetargetWorker(
-        [Queue(settings.queue_name, connection=connection, serializer=JSONSerializer)],
+        [Queue(q, connection=connection, serializer=JSONSerializer) for q in names],
         connection=connection,
         serializer=JSONSerializer,
         name=name,
@@ -107,13 +121,18 @@ def build_worker(settings: Settings, name: str | None = None) -> RetargetWorker:
 RECONNECT_DELAYS_S = (0.5, 1, 2, 5, 10)
 
 
-def run_worker(settings: Settings, burst: bool = False, name: str | None = None) -> bool:
+def run_worker(
+    settings: Settings,
+    burst: bool = False,
+    name: str | None = None,
+    queues: list[str] | None = None,
+) -> bool:
     """Work the queue; when Redis goes away, wait for it and work on (a new worker
     registration: the old one's job, if any, is retried once its heartbeat lapses)."""
     attempt = 0
     while True:
         try:
-            worker = build_worker(settings, name)
+            worker = build_worker(settings, name, queues)
             worker.connection.ping()
             attempt = 0
             return bool(worker.work(burst=burst, with_scheduler=True))

@@ -10,6 +10,10 @@ from typing import ClassVar
 
 import torch
 
+from service.merging.device import merge_device
+
+__all__ = ["MergeInput", "MergeMethod", "configure_threads", "merge_device"]
+
 
 @dataclass(frozen=True)
 class MergeInput:
@@ -42,8 +46,3 @@ def configure_threads(threads_per_merge: int) -> None:
         raise ValueError(f"threads_per_merge must be >= 0, got {threads_per_merge}")
     if threads_per_merge > 0 and torch.get_num_threads() != threads_per_merge:
         torch.set_num_threads(threads_per_merge)
-
-
-def merge_device() -> torch.device:
-    """The GPU when there is one (the GPU host), else the CPU; same result either way."""
-    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")

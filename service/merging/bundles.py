@@ -38,8 +38,7 @@ from service.formats.bundles import (
     lora_scaling,
 )
 from service.formats.checkpoints import read_signature
-from service.merging.base import merge_device
-from service.merging.linear import _Buffer
+from service.merging.device import Buffer, ToDevice, merge_device, to_host
 from service.merging.safetensors_stream import DTYPES, FLOAT_DTYPES, header_bytes, tensor_views
 
 Chunks = Iterator[bytes | memoryview]
@@ -224,11 +223,13 @@ def _linear_chunks(
     device: torch.device,
 ) -> Chunks:
     """One output shard: header, then each tensor's float32 accumulation, cast. The
-    accumulator and the cast buffer are reused across tensors (``linear._Buffer``)."""
+    accumulator and the cast buffer are reused across tensors (``device.Buffer``); on
+    CUDA the copies go through pinned host memory (``device.ToDevice``, ``to_host``)."""
     yield header_bytes({n: out_sig[n] for n in names}, metadata)
-    acc_buf = _Buffer(torch.float32, device)
-    in_buf = _Buffer(torch.float32, device)
-    out_buf = _Buffer(torch.float32, torch.device("cpu"))
+    acc_buf = Buffer(torch.float32, device)
+    in_buf = Buffer(torch.float32, device)
+    out_buf = Buffer(torch.float32, torch.device("cpu"), pinned=device.type == "cuda")
+    to_device = ToDevice(device)
     with ExitStack() as stack:
         files = _Files(stack)
         for name in sorted(names):
@@ -236,7 +237,7 @@ def _linear_chunks(
             acc = acc_buf.view(shape)
             for k, (weight, where) in enumerate(sources):
                 # read only: on the CPU the tensor is the memory-mapped file itself
-                t = files.tensor(where[name], name).to(device, non_blocking=True)
+                t = to_device(files.tensor(where[name], name))
                 if t.dtype != torch.float32:  # widen into a reused buffer (mixed-dtype
                     t = in_buf.view(shape).copy_(t)  # arithmetic is several times slower)
                 if k == 0:
@@ -250,7 +251,7 @@ def _linear_chunks(
             else:
                 out_buf.dtype = out_dtype
                 out = out_buf.view(shape)
-                out.copy_(acc)
+                to_host(acc, out)
             yield from tensor_views(out)
 
 

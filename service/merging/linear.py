@@ -10,7 +10,6 @@ memory), not N models.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from contextlib import ExitStack
 
@@ -19,7 +18,8 @@ from safetensors import safe_open
 
 from service.errors import InvalidInput
 from service.formats.checkpoints import read_signature
-from service.merging.base import MergeInput, MergeMethod, merge_device
+from service.merging.base import MergeInput, MergeMethod
+from service.merging.device import Buffer, ToDevice, merge_device, to_host
 from service.merging.safetensors_stream import (
     DTYPES,
     FLOAT_DTYPES,
@@ -59,8 +59,10 @@ class LinearMerge(MergeMethod):
                 for name, sig in signature.items()
             }
         yield header_bytes(signature, {**shared_metadata(inputs), **(provenance or {})})
-        acc_buf = _Buffer(torch.float32, self.device)
-        out_buf = _Buffer(torch.float32, torch.device("cpu"))
+        acc_buf = Buffer(torch.float32, self.device)
+        cuda = self.device.type == "cuda"
+        out_buf = Buffer(torch.float32, torch.device("cpu"), pinned=cuda)
+        to_device = ToDevice(self.device)
         with ExitStack() as stack:
             files = [
                 stack.enter_context(safe_open(str(i.path), framework="pt", device="cpu"))
@@ -77,7 +79,7 @@ class LinearMerge(MergeMethod):
                 for k, (item, fh) in enumerate(zip(inputs, files, strict=True)):
                     # never write into t: on the CPU it is the memory-mapped file itself,
                     # and a write would copy its pages into process memory for good
-                    t = fh.get_tensor(name).to(self.device, torch.float32, non_blocking=True)
+                    t = to_device(fh.get_tensor(name)).to(torch.float32)
                     if k == 0:
                         torch.mul(t, item.weight, out=acc)
                     else:
@@ -89,7 +91,7 @@ class LinearMerge(MergeMethod):
                 else:
                     out_buf.dtype = out_dtype
                     out = out_buf.view(shape)
-                    out.copy_(acc)  # cast (and copy back from the GPU) into a reused buffer
+                    to_host(acc, out)  # cast (and copy back from the GPU) into a reused buffer
                 yield from tensor_views(out)
 
 
@@ -101,21 +103,3 @@ def shared_metadata(inputs: list[MergeInput]) -> dict[str, str]:
             meta = dict(fh.metadata() or {})
         common = meta if common is None else {k: v for k, v in common.items() if meta.get(k) == v}
     return common or {}
-
-
-class _Buffer:
-    """One reusable flat buffer, grown to the largest tensor and viewed per tensor, so the
-    merge allocates nothing per tensor (and the allocator keeps nothing extra)."""
-
-    def __init__(self, dtype: torch.dtype, device: torch.device) -> None:
-        self.dtype = dtype
-        self.device = device
-        self._raw = torch.empty(0, dtype=torch.uint8, device=device)
-
-    def view(self, shape: list[int]) -> torch.Tensor:
-        itemsize = torch.empty((), dtype=self.dtype).element_size()
-        need = math.prod(shape) * itemsize
-        if self._raw.numel() < need:
-            self._raw = torch.empty(0, dtype=torch.uint8, device=self.device)
-            self._raw = torch.empty(need, dtype=torch.uint8, device=self.device)
-        return self._raw[:need].view(self.dtype).view(shape)

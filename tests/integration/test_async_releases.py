@@ -14,7 +14,7 @@ from safetensors.torch import load
 
 from service.api.app import create_app
 from service.config import Settings
-from service.jobs import releases as release_jobs
+from service.jobs import release_artifacts
 from tests.conftest import Backend, authorize
 from tests.helpers import checkpoint_bytes, sgd, upload
 
@@ -74,13 +74,13 @@ def test_a_pending_release_counts_against_the_cap_and_a_failed_merge_gives_it_ba
     m0, m1 = add(c, ds, "m0", 0), add(c, ds, "m1", 1)
 
     gate = threading.Event()
-    real_merge = release_jobs._merge
+    real_merge = release_artifacts.merge
 
     def failing_merge(*args: object, **kwargs: object) -> tuple[str, int]:
         gate.wait(300)
         raise OSError("the merge host went away")
 
-    monkeypatch.setattr(release_jobs, "_merge", failing_merge)
+    monkeypatch.setattr(release_artifacts, "merge", failing_merge)
     first = {"dataset_id": ds, "model_ids": [m0], "epsilon": eps * 1.1, "delta": 1e-5}
     resp = c.post("/v1/retarget", json={**first, "method": "lc"})
     assert resp.status_code == 202, resp.text
@@ -101,7 +101,7 @@ def test_a_pending_release_counts_against_the_cap_and_a_failed_merge_gives_it_ba
     assert c.get(f"/v1/releases/{release_id}").status_code == 404
     ledger = c.get(f"/v1/datasets/{ds}/ledger").json()
     assert ledger["releases"] == [] and ledger["exposed_model_ids"] == []
-    monkeypatch.setattr(release_jobs, "_merge", real_merge)
+    monkeypatch.setattr(release_artifacts, "merge", real_merge)
     resp = c.post("/v1/retarget", json=second)
     assert resp.status_code == 202, resp.text
     wait(c, resp.json()["job_id"])

@@ -10,6 +10,8 @@ from service.api.deps import AppContext
 from service.api.routes.jobs import job_public
 from service.api.schemas import ReleasePublic
 from service.jobs.async_releases import finish
+from service.jobs.merge_jobs import enqueue_merge
+from service.jobs.queue import RQJobs
 from service.jobs.releases import Artifact
 
 #: deferred merges a request collects: (release id, the merge)
@@ -31,8 +33,12 @@ def pending_release(public: ReleasePublic, job_id: str | None = None) -> JSONRes
 
 
 def submit(ctx: AppContext, public: ReleasePublic, deferred: Deferred) -> JSONResponse:
-    """Start the deferred merge on the API's job threads and answer 202."""
+    """Queue the deferred merge (with Redis: on the merge queue, for a merge worker; else
+    on the API's job threads) and answer 202."""
     release_id, produce = deferred[0]
+    if isinstance(ctx.jobs, RQJobs):
+        queued = enqueue_merge(ctx.jobs, ctx.session_factory, release_id)
+        return pending_release(public, queued.id)
 
     def work() -> None:
         finish(ctx.session_factory, release_id, produce)

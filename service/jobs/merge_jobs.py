@@ -1,0 +1,102 @@
+"""Async release merges as jobs: on the merge queue of RQ (Redis), or in the API process.
+
+With Redis, a pending release's merge is an RQ job on ``RETARGET_MERGE_QUEUE``, so a
+host with a GPU can run only merges (``retarget worker --queue merges``). The job
+carries only the release id (JSON): the worker reloads the release, its models and
+its plan from the database and rebuilds the same files the API would have merged.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any, cast
+
+from rq import Queue, Retry
+from rq.serializers import JSONSerializer
+from sqlalchemy.orm import Session, sessionmaker
+
+from service.accounting.planning import Plan
+from service.errors import StorageError
+from service.jobs.async_releases import abandon, finish
+from service.jobs.queue import JobInfo, RQJobs
+from service.jobs.release_artifacts import produce
+from service.jobs.releases import SAFETENSORS_DTYPE, release_provenance
+from service.registry import repository
+from service.registry.blobs import BlobStore
+from service.registry.db import session_scope
+from service.registry.models import Release
+
+#: the kind of a merge job (``service.jobs.tasks.TASKS``)
+MERGE = "merge"
+
+
+def enqueue_merge(jobs: RQJobs, factory: sessionmaker[Session], release_id: str) -> JobInfo:
+    """Queue a pending release's merge on the merge queue. If Redis cannot take it, the
+    pending release is deleted (its budget given back) and the error raised."""
+    settings = jobs.settings
+    queue = Queue(settings.merge_queue, connection=jobs.client, serializer=JSONSerializer)
+    retries = settings.job_retries
+    try:
+        job = queue.enqueue(
+            jobs.tasks[MERGE],
+            kwargs={"release_id": release_id},
+            job_id=f"merge-{release_id}",
+            description=f"merge of release {release_id}",
+            job_timeout=settings.job_timeout_s,
+            result_ttl=7 * 24 * 3600,
+            failure_ttl=7 * 24 * 3600,
+            # a lost worker is retried; a merge that raised has deleted its release
+            retry=Retry(max=retries, interval=[0, 10, 60]) if retries else None,
+            meta={"kind": MERGE},
+        )
+    except Exception as exc:
+        abandon(factory, release_id)
+        if isinstance(exc, StorageError):
+            raise
+        raise StorageError(f"the job queue (Redis) is unreachable: {exc}") from exc
+    jobs.counters.incr("jobs_queued")
+    return jobs.get(job.id)
+
+
+def run_merge(factory: sessionmaker[Session], blobs: BlobStore, release_id: str) -> dict[str, Any]:
+    """Merge a pending release's files from what the database holds (a worker's job)."""
+    with session_scope(factory) as session:
+        release = session.get(Release, release_id)
+        if release is None:  # a retry of a merge that raised (and deleted it): failed
+            raise RuntimeError(
+                f"release {release_id!r} is gone: its merge failed and its budget was given back"
+            )
+        if release.status != "pending":  # merged by an attempt whose worker was lost
+            return {"release_id": release_id, "status": "done"}
+        args = _produce_args(session, release)
+    finish(factory, release_id, lambda: produce(blobs=blobs, **args))
+    return {"release_id": release_id, "status": "done"}
+
+
+def _produce_args(session: Session, release: Release) -> dict[str, Any]:
+    """What ``release_artifacts.produce`` needs, as the release request computed it."""
+    weights = dict(release.weights)
+    drawn = release.drawn_model_id
+    models = repository.models_by_id(session=session, model_ids=weights)
+    plan = SimpleNamespace(
+        method=release.method,
+        weights=weights,
+        epsilon=release.epsilon,
+        delta=release.delta,
+        accountant=release.accountant,
+        bound=release.bound,
+        notes=list((release.plan or {}).get("notes") or []),
+    )
+    request = release.request or {}
+    dtype = request.get("dtype")
+    for model in models.values():
+        session.expunge(model)  # read after the session closes
+    return {
+        "models": models,
+        "method": release.method,
+        "weights": weights,
+        "drawn": drawn,
+        "out_dtype": SAFETENSORS_DTYPE[dtype] if dtype is not None else None,
+        "max_shard_size": request.get("max_shard_size"),
+        "provenance": release_provenance(release.id, release.dataset_id, cast(Plan, plan)),
+    }
