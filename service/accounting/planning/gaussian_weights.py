@@ -8,26 +8,28 @@ query shifts Delta_i, noise stds s_i):
 
 where m = mu_max / sqrt(k) and mu_max is the largest Gaussian mu meeting the target.
 The merged noise variance is k S, so this is the plan's objective. The constraint is
-not convex (unequal sensitivities give several local optima, and a local solver may
-stop up to tens of percent above the optimum), so it is solved through its optimality
-conditions instead. Fritz John conditions hold at every local minimum without any
-constraint qualification: with g = m^2 S - t^2, some (k0, k) >= 0, not both zero, give
-(k0 - k m^2) 2 s_i^2 lam_i + 2 k t Delta_i + gamma = 0 on the support P of lam. Either
+not convex (unequal sensitivities give several local optima; a local solver started
+from a feasible vertex was measured stopping 1% to 113% above the optimum), so it is
+solved through its optimality conditions instead. Fritz John conditions hold at every
+local minimum without any constraint qualification: with g = m^2 S - t^2, multipliers
+(c0, c) >= 0, not both zero, give (c0 - c m^2) 2 s_i^2 lam_i + 2 c t Delta_i + gamma = 0
+on the support P of lam (and the matching inequality off it). Either
 
-  * k = 0: lam is the inverse-variance point (on the whole simplex, where it must be
-    feasible), or
-  * k0 != k m^2: lam_i = (alpha + beta Delta_i) / s_i^2 on P. With A_j = sum_P
+  * c = 0: lam is the inverse-variance point of the whole simplex (no other support
+    meets the conditions), which must then be feasible; or
+  * c0 != c m^2: lam_i = (alpha + beta Delta_i) / s_i^2 on P. With A_j = sum_P
     Delta_i^j / s_i^2, K = A_2 - A_1^2 / A_0 and t_0 = A_1 / A_0, summing to one gives
-    S = 1/A_0 + beta^2 K and t = t_0 + beta K; a constraint that binds (it binds
-    unless k = 0) is a quadratic in beta: at most two points per support; or
-  * k0 = k m^2 > 0: t Delta_i = const on P, so P holds equal sensitivities d; any
-    feasible point there has S >= d^2 / m^2, reached on the segment from P's
-    inverse-variance point to its noisiest vertex.
+    S = 1/A_0 + beta^2 K and t = t_0 + beta K; the constraint binds (c > 0), a
+    quadratic in beta: at most two points per support. When c0 > c m^2, P is the set
+    where alpha + beta Delta_i > 0: a threshold set in sensitivity order; or
+  * c0 = c m^2 > 0: Delta_i is constant (d) on P; every feasible point there has
+    S >= d^2 / m^2, reached on the segment from P's inverse-variance point to its
+    noisiest model (or P's inverse-variance point, when that is already feasible).
 
-Every local minimum, hence the global one, is among these candidates: enumerating the
-supports (all of them up to ``EXACT_SUPPORTS`` models; beyond, the threshold sets in
-sensitivity order, which are the supports when k0 > k m^2) and keeping the feasible
-candidate with least S is exact. The caller certifies the weights it returns.
+The global minimum is among these candidates. Up to ``EXACT_SUPPORTS`` models every
+support is enumerated, so the feasible candidate with least S is the exact optimum;
+beyond, only the threshold sets (the c0 > c m^2 points). The caller certifies the
+weights it returns with the LC accountant; nothing here is a privacy bound.
 """
 
 from __future__ import annotations
