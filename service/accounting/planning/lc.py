@@ -21,6 +21,7 @@ from scipy import optimize
 
 from service.accounting import linear_combination as lc
 from service.accounting.paper_lc import paper_epsilon
+from service.accounting.planning.gaussian_weights import optimal_gaussian_weights
 from service.accounting.planning.search import inverse_variance, search_weights
 from service.accounting.planning.types import (
     Candidate,
@@ -237,12 +238,31 @@ def _polish_fixed_queries(
     accountant: str,
 ) -> tuple[NDArray, float]:
     """For fixed Gaussian queries the bound is exact and smooth (mu(lambda)), so the
-    least-noise weights solve min sum lambda^2 v s.t. mu(lambda) <= mu(target), a small
-    smooth program (SLSQP from the search's answer). The result is kept only when it
-    is better and its own certificate meets the target."""
+    least-noise weights solve min sum lambda^2 v s.t. mu(lambda) <= mu(target). With equal
+    query counts that program is solved exactly (``gaussian_weights``); otherwise by SLSQP
+    from the search's answer. The result is kept only when it is better and its own
+    certificate meets the target."""
     if not all(i.fixed_queries > 0 for i in acct.inputs) or lam.shape[0] < 2:
         return lam, eps
     mu_max = lc.largest_gaussian_mu(spec.epsilon, spec.delta, accountant)
+    counts = {i.fixed_queries for i in acct.inputs}
+    finals = [i.final for i in acct.inputs if i.final is not None]
+    if len(counts) == 1 and len(finals) == lam.shape[0]:
+        (k,) = counts
+        sens = np.array([f.shift for f in finals])
+        std = np.array([f.noise for f in finals])
+        exact = optimal_gaussian_weights(sens, std, mu_max / math.sqrt(k) * (1 - 1e-9))
+        candidates = [] if exact is None else [exact]
+    else:
+        candidates = [_slsqp(acct, lam, v, mu_max)]
+    for cand in candidates:
+        cand_eps = acct.epsilon(cand, accountant)
+        if cand_eps <= spec.epsilon and float(np.sum(cand**2 * v)) < float(np.sum(lam**2 * v)):
+            lam, eps = cand, cand_eps
+    return lam, eps
+
+
+def _slsqp(acct: lc.LCAccountant, lam: NDArray, v: NDArray, mu_max: float) -> NDArray:
     result = optimize.minimize(
         lambda x: float(np.sum(x**2 * v)),
         lam,
@@ -256,8 +276,4 @@ def _polish_fixed_queries(
         options={"maxiter": 200, "ftol": 1e-14},
     )
     cand = np.clip(np.asarray(result.x, dtype=np.float64), 0.0, None)
-    cand = cand / cand.sum()
-    cand_eps = acct.epsilon(cand, accountant)
-    if cand_eps <= spec.epsilon and float(np.sum(cand**2 * v)) < float(np.sum(lam**2 * v)):
-        return cand, cand_eps
-    return lam, eps
+    return np.asarray(cand / cand.sum())
