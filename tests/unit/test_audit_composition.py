@@ -26,7 +26,7 @@ def _sgd_pld(q: float, sigma: float, count: int, pessimistic: bool, width: float
         sampling_prob=q,
         value_discretization_interval=width,
         pessimistic_estimate=pessimistic,
-        use_connect_dots=not pessimistic,
+        use_connect_dots=pessimistic,
     )
     return one.self_compose(count) if count > 1 else one
 
@@ -110,3 +110,20 @@ def test_a_pld_regridded_coarser_never_lowers_a_delta() -> None:
         exact = _gaussian_delta(mu, eps)
         assert fine.delta(eps) >= exact
         assert coarse.delta(eps) >= fine.delta(eps)
+
+
+def test_cached_epsilons_are_kept_apart_by_accountant_delta_and_multiset() -> None:
+    from service.jobs.epsilons import EpsilonCache
+    from service.jobs.ledger import joint_bound
+
+    cache = EpsilonCache()
+    p = _gaussian(2.0, 4, 1e-4)
+    best = cache.epsilon(p, 1e-6, "best")
+    assert cache.epsilon(p, 1e-6, "rdp") == p.epsilon(1e-6, "rdp") > best
+    assert cache.epsilon(p, 1e-9, "best") == p.epsilon(1e-9, "best") > best
+    # a repeated profile is a second composition, not a cache hit of the pair
+    q = _gaussian(5.0, 1, 1e-3)
+    pair = joint_bound([p, q], 1e-6)[0]
+    triple = joint_bound([p, q, p], 1e-6)[0]
+    assert triple > pair
+    assert triple >= _gaussian_epsilon(math.sqrt(2 * 4 / 4.0 + 1 / 25.0), 1e-6)
