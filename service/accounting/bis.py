@@ -60,7 +60,9 @@ def reverse_rdp(d: int, k: int, noise_multiplier: float, orders: ArrayLike) -> N
     return np.asarray(lam * k * (1.0 + (a - 1.0) * k / d))
 
 
-#: The random-allocation bound on the reverse direction, used where it is the smaller.
+#: The random-allocation formula for the reverse direction. NOT a bound for this pair:
+#: numerical integration puts D_alpha(Q||P) above it (d = 2, k = 1, sigma = 1, alpha = 3:
+#: 0.8401 against 0.8168), so profiles do not use it.
 ALLOCATION_METHOD = (
     "random allocation (Feldman and Shenfeld 2025, arXiv 2502.08202): RDP of the add "
     "direction, k of d steps, integer orders >= 2"
@@ -68,8 +70,10 @@ ALLOCATION_METHOD = (
 
 
 def reverse_rdp_allocation(d: int, k: int, noise_multiplier: float, orders: ArrayLike) -> NDArray:
-    """D_alpha(Q || P) for random allocation of k of d steps (the same scheme: each
-    example in a uniformly random k-subset), at integer orders alpha >= 2; inf elsewhere.
+    """The random-allocation formula for D_alpha(Q || P), k of d steps, at integer
+    orders alpha >= 2; inf elsewhere. Kept for comparison only: it falls below the
+    exact D_alpha(Q || P) of the pair (P = mean over k-subsets mu of N(mu, sigma^2 I),
+    Q = N(0, sigma^2 I)) computed by quadrature, so it is not an upper bound for it.
 
     Source: Feldman and Shenfeld 2025, arXiv 2502.08202, the RDP bound of the add
     direction: with x = k (d - k) / (sigma^2 d^2),

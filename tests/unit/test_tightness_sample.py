@@ -51,4 +51,7 @@ def test_the_sample_is_drawn_from_the_suite() -> None:
 def test_sound_and_within_one_percent_of_the_tightest_reference(case: Case) -> None:
     row = measure(case)
     assert row["sound"], row
-    assert row["ratio"] <= 1.01, row
+    # BIS: the package's bound rests on its add-direction formula, which quadrature puts
+    # below the true D_alpha(Q||P) (tests/unit/test_bis_allocation.py); ours replaces it
+    # by the proven AM-GM bound, looser by up to about a third here.
+    assert row["ratio"] <= (1.4 if case.family == "bis" else 1.01), row
