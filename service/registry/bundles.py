@@ -14,11 +14,10 @@ from collections.abc import Iterable
 from contextlib import nullcontext
 from typing import IO, Any
 
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from service.accounting.mechanisms import canonical_json, canonical_mechanism, mechanism_hash
-from service.errors import Conflict, InvalidUpload, PayloadTooLarge
+from service.accounting.mechanisms import canonical_json
+from service.errors import InvalidUpload, PayloadTooLarge
 from service.formats.bundles import (
     ADAPTER_CONFIG,
     INDEX_SUFFIX,
@@ -33,6 +32,7 @@ from service.formats.checkpoints import read_signature
 from service.formats.streams import iter_file
 from service.registry import repository
 from service.registry.blobs import BlobStore, StagedBlob
+from service.registry.model_rows import insert_model, model_row
 from service.registry.models import Model
 
 
@@ -80,38 +80,17 @@ def register_bundle(
             ]
             manifest = blobs.stage([manifest_bytes(kind, listed)])
             staged["\x00manifest"] = manifest
-            model = Model(
-                dataset_id=spec.dataset_id,
-                name=spec.name,
-                version=spec.version,
-                mechanism=canonical_mechanism(spec.mechanism),
-                mechanism_type=spec.mechanism.type,
-                mechanism_hash=mechanism_hash(spec.mechanism),
-                lineage_run_id=spec.run_id,
-                lineage_step=spec.step,
-                lineage_verified=verified,
+            model = model_row(
+                spec,
+                verified,
                 signature=signature,
                 signature_hash=bundle_signature_hash(kind, signature),
                 sha256=manifest.sha256,
                 size_bytes=total,
                 kind=kind,
                 files=listed,
-                metrics=dict(spec.metrics or {}),
-                claimed_epsilon=spec.claimed_epsilon,
-                claimed_delta=spec.claimed_delta,
-                claim_check=spec.claim_check,
-                recomputed_epsilon=spec.recomputed_epsilon,
-                architecture=spec.architecture,
             )
-            session.add(model)
-            try:
-                session.flush()
-            except IntegrityError as exc:
-                session.rollback()
-                raise Conflict(
-                    f"dataset {spec.dataset_id!r} already has model {spec.name!r} "
-                    f"version {spec.version}"
-                ) from exc
+            insert_model(session, model, spec)
         except BaseException:
             for item in staged.values():
                 blobs.discard(item)

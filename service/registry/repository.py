@@ -10,9 +10,7 @@ import hashlib
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy import func, select, text
 from sqlalchemy.exc import IntegrityError, OperationalError
@@ -20,14 +18,12 @@ from sqlalchemy.orm import Session
 
 from service.accounting.lineage import PER_STEP_TYPES, lineage_steps, prefix_mismatch
 from service.accounting.mechanisms import (
-    Mechanism,
-    canonical_mechanism,
-    mechanism_hash,
     parse_mechanism,
 )
 from service.errors import Busy, Conflict, InvalidInput, NotFound
 from service.formats.checkpoints import read_signature, signature_hash
 from service.registry.blobs import BlobStore, StagedBlob
+from service.registry.model_rows import ModelSpec, insert_model, model_row
 from service.registry.models import Dataset, Model, Release
 from service.registry.sqlite_lock import sqlite_write_transaction
 
@@ -92,26 +88,6 @@ def list_models(
     total = session.scalar(count) or 0
     rows = session.scalars(query.order_by(Model.created_at, Model.id).offset(offset).limit(limit))
     return list(rows), total
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """Everything about a model but its bytes, already validated."""
-
-    dataset_id: str
-    name: str
-    version: int
-    mechanism: Mechanism
-    run_id: str | None = None
-    step: int | None = None
-    metrics: dict[str, float] | None = None
-    claimed_epsilon: float | None = None
-    claimed_delta: float | None = None
-    claim_check: str | None = None
-    recomputed_epsilon: float | None = None
-    architecture: dict[str, Any] | None = None
-    #: checks the declaration against the tensor signature; raises to refuse the upload
-    check_signature: Callable[[dict[str, Any]], object] | None = None
 
 
 def _check_model_free(session: Session, spec: ModelSpec) -> None:
@@ -233,41 +209,15 @@ def _store_model(
         signature = read_signature(staged.path)
         if spec.check_signature is not None:
             spec.check_signature(signature)
-        model = Model(
-            dataset_id=spec.dataset_id,
-            name=spec.name,
-            version=spec.version,
-            mechanism=canonical_mechanism(spec.mechanism),
-            mechanism_type=spec.mechanism.type,
-            mechanism_hash=mechanism_hash(spec.mechanism),
-            lineage_run_id=spec.run_id,
-            lineage_step=spec.step,
-            lineage_verified=verified,
+        model = model_row(
+            spec,
+            verified,
             signature=signature,
             signature_hash=signature_hash(signature),
             sha256=staged.sha256,
             size_bytes=staged.size,
-            metrics=dict(spec.metrics or {}),
-            claimed_epsilon=spec.claimed_epsilon,
-            claimed_delta=spec.claimed_delta,
-            claim_check=spec.claim_check,
-            recomputed_epsilon=spec.recomputed_epsilon,
-            architecture=spec.architecture,
         )
-        session.add(model)
-        try:
-            session.flush()
-        except IntegrityError as exc:
-            session.rollback()
-            if spec.run_id is not None and "uq_models_run_step" in str(exc.orig):
-                raise Conflict(
-                    f"lineage: run {spec.run_id!r} already has a checkpoint at step "
-                    f"{spec.step}; a run has one iterate per step"
-                ) from exc
-            raise Conflict(
-                f"dataset {spec.dataset_id!r} already has model {spec.name!r} "
-                f"version {spec.version}"
-            ) from exc
+        insert_model(session, model, spec)
     except BaseException:
         blobs.discard(staged)
         raise
