@@ -86,6 +86,7 @@ def _produce_args(session: Session, release: Release) -> dict[str, Any]:
         accountant=release.accountant,
         bound=release.bound,
         notes=list((release.plan or {}).get("notes") or []),
+        heuristic=bool((release.plan or {}).get("heuristic", False)),
     )
     request = release.request or {}
     dtype = request.get("dtype")
