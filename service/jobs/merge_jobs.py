@@ -8,19 +8,17 @@ its plan from the database and rebuilds the same files the API would have merged
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-from typing import Any, cast
+from typing import Any
 
 from rq import Queue, Retry
 from rq.serializers import JSONSerializer
 from sqlalchemy.orm import Session, sessionmaker
 
-from service.accounting.planning import Plan
 from service.errors import StorageError
 from service.jobs.async_releases import abandon, finish
 from service.jobs.queue import JobInfo, RQJobs
 from service.jobs.release_artifacts import produce
-from service.jobs.releases import SAFETENSORS_DTYPE, release_provenance
+from service.jobs.releases import SAFETENSORS_DTYPE, plan_from_record, release_provenance
 from service.registry import repository
 from service.registry.blobs import BlobStore
 from service.registry.db import session_scope
@@ -78,16 +76,7 @@ def _produce_args(session: Session, release: Release) -> dict[str, Any]:
     weights = dict(release.weights)
     drawn = release.drawn_model_id
     models = repository.models_by_id(session=session, model_ids=weights)
-    plan = SimpleNamespace(
-        method=release.method,
-        weights=weights,
-        epsilon=release.epsilon,
-        delta=release.delta,
-        accountant=release.accountant,
-        bound=release.bound,
-        notes=list((release.plan or {}).get("notes") or []),
-        heuristic=bool((release.plan or {}).get("heuristic", False)),
-    )
+    plan = plan_from_record(release.plan or {})
     request = release.request or {}
     dtype = request.get("dtype")
     for model in models.values():
@@ -99,5 +88,5 @@ def _produce_args(session: Session, release: Release) -> dict[str, Any]:
         "drawn": drawn,
         "out_dtype": SAFETENSORS_DTYPE[dtype] if dtype is not None else None,
         "max_shard_size": request.get("max_shard_size"),
-        "provenance": release_provenance(release.id, release.dataset_id, cast(Plan, plan)),
+        "provenance": release_provenance(release.id, release.dataset_id, plan),
     }

@@ -265,6 +265,11 @@ def _plan_record(plan: Plan) -> dict[str, Any]:
     return record
 
 
+def plan_from_record(record: dict[str, Any]) -> Plan:
+    """The plan a release recorded (``_plan_record``), as the request computed it."""
+    return Plan(**{f.name: record[f.name] for f in dataclasses.fields(Plan) if f.name in record})
+
+
 def cap_warning(session: Session, jobs: Jobs, dataset_id: str, plan: Plan) -> str | None:
     """Why releasing ``plan`` now would be refused by the dataset's cap, or None."""
     dataset = repository.get_dataset(session=session, dataset_id=dataset_id)
