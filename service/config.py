@@ -76,6 +76,12 @@ class Settings(BaseSettings):
     auto_migrate: bool = Field(
         default=True, description="Run `alembic upgrade head` when the server starts."
     )
+    profile_cache_bytes: int = Field(
+        default=512 * 1024**2,
+        ge=0,
+        description="Memory the profiles cached in a process may take (least recently used "
+        "dropped first; with Redis every profile stays in Redis).",
+    )
     profile_max_pld_points: float = Field(
         default=8_000_000,
         gt=0,

@@ -89,6 +89,7 @@ def create_app(
             factory,
             limits=cost_limits(settings),
             background_workers=settings.callback_concurrency,
+            cache_bytes=settings.profile_cache_bytes,
         )
     )
     ctx = AppContext(

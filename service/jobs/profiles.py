@@ -14,7 +14,10 @@ import threading
 from importlib import metadata
 from typing import Any, Protocol
 
+import numpy as np
+
 from service.accounting.cost import CostLimits
+from service.accounting.curves import EPS_GRID
 from service.accounting.mechanisms import Mechanism, mechanism_hash
 from service.accounting.pld import DEFAULT_DISCRETIZATION
 from service.accounting.profiles import PROFILE_FORMAT, PrivacyProfile, compute_profile
@@ -45,11 +48,28 @@ class ProfileStore(Protocol):
     def put(self, key: str, profile: PrivacyProfile) -> None: ...
 
 
-class MemoryProfileStore(Lru[str, PrivacyProfile]):
-    """A bounded LRU of profiles inside this process."""
+#: What a profile cache holds by default, in bytes (``RETARGET_PROFILE_CACHE_BYTES``).
+DEFAULT_CACHE_BYTES = 512 * 1024**2
 
-    def __init__(self, max_entries: int = 256) -> None:
-        super().__init__(max_entries)
+
+def profile_nbytes(profile: PrivacyProfile) -> int:
+    """About what a cached profile takes in memory: its RDP table, its PLD's two PMFs with
+    the lookup tables a query builds from each (losses and two tail sums: 4 arrays per
+    PMF), the tabulated hockey-stick curves, and a fixed overhead for the rest."""
+    size = 4096 + 2 * EPS_GRID.nbytes
+    if profile.rdp is not None:
+        size += profile.rdp.orders.nbytes + profile.rdp.epsilons.nbytes
+    if profile.pld is not None:
+        for pmf in (profile.pld.remove, profile.pld.add):
+            size += 4 * np.asarray(pmf._probs).nbytes
+    return int(size)
+
+
+class MemoryProfileStore(Lru[str, PrivacyProfile]):
+    """Profiles inside this process, least recently used dropped past ``max_bytes``."""
+
+    def __init__(self, max_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+        super().__init__(1_000_000, max_bytes=max_bytes, weigh=profile_nbytes)
 
 
 class Profiles:

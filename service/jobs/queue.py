@@ -46,7 +46,12 @@ from service.jobs.claims import apply_claim_checks
 from service.jobs.local_pool import DelayedPool
 from service.jobs.metrics import Counters, LocalCounters, RedisCounters
 from service.jobs.profile_task import lock_key, on_failure, profile_task
-from service.jobs.profiles import MemoryProfileStore, Profiles, profile_key
+from service.jobs.profiles import (
+    DEFAULT_CACHE_BYTES,
+    MemoryProfileStore,
+    Profiles,
+    profile_key,
+)
 from service.jobs.store import RedisProfileStore
 from service.registry.db import session_scope
 
@@ -108,8 +113,9 @@ class InProcessJobs:
         discretization: float = DEFAULT_DISCRETIZATION,
         limits: CostLimits | None = None,
         background_workers: int = 4,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
     ) -> None:
-        self.profiles = Profiles(MemoryProfileStore(), discretization, limits)
+        self.profiles = Profiles(MemoryProfileStore(cache_bytes), discretization, limits)
         #: background and delayed jobs: a bounded pool, delays in a heap (no sleeping thread)
         self.pool = DelayedPool(background_workers)
         self.session_factory = session_factory
@@ -255,7 +261,7 @@ class RQJobs:
         self.client = client
         self.settings = settings
         self.discretization = discretization
-        self.store = RedisProfileStore(client)
+        self.store = RedisProfileStore(client, local_bytes=settings.profile_cache_bytes)
         self.queue = Queue(settings.queue_name, connection=client, serializer=JSONSerializer)
         self.counters: Counters = RedisCounters(client)
         self.task = task

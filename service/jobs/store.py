@@ -20,12 +20,15 @@ PROFILE_TTL_S = 30 * 24 * 3600
 class RedisProfileStore:
     """Profiles as zlib-compressed JSON under their profile key; a small local LRU in front."""
 
-    def __init__(self, client: redis.Redis, ttl_s: int = PROFILE_TTL_S) -> None:
-        from service.jobs.profiles import MemoryProfileStore
+    def __init__(
+        self, client: redis.Redis, ttl_s: int = PROFILE_TTL_S, local_bytes: int | None = None
+    ) -> None:
+        from service.jobs.profiles import DEFAULT_CACHE_BYTES, MemoryProfileStore
 
         self.client = client
         self.ttl_s = ttl_s
-        self.local = MemoryProfileStore(max_entries=64)
+        #: profiles read or computed here, bounded by bytes (Redis holds them all)
+        self.local = MemoryProfileStore(DEFAULT_CACHE_BYTES if local_bytes is None else local_bytes)
 
     def get(self, key: str) -> PrivacyProfile | None:
         local = self.local.get(key)
