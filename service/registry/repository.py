@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
-from sqlalchemy import func, select, text
+from sqlalchemy import String, cast, func, select, text
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
@@ -239,8 +239,16 @@ def _promote_and_commit(session: Session, blobs: BlobStore, staged: StagedBlob) 
 
 
 def _blob_referenced(session: Session, sha256: str) -> bool:
-    for column in (Model.sha256, Dataset.validation_sha256):
+    """Whether any row names these bytes: a model's or release's file, a validation
+    split, or one file of a bundle (model or release; their ``files`` JSON lists). Only
+    asked on the failure path, so scanning the file lists as text is affordable; a
+    sha256 is hex, so it has no LIKE wildcard to escape."""
+    for column in (Model.sha256, Release.sha256, Dataset.validation_sha256):
         if session.scalar(select(column).where(column == sha256).limit(1)) is not None:
+            return True
+    for files in (Model.files, Release.files):
+        listed = select(files).where(cast(files, String).like(f'%"{sha256}"%')).limit(1)
+        if session.scalar(listed) is not None:
             return True
     return False
 

@@ -381,3 +381,23 @@ def test_files_in_folders_keep_their_paths(
     assert resp.status_code == 201, resp.text
     paths = [f["path"] for f in resp.json()["files"]]
     assert "tokenizer/vocab.txt" in paths
+
+
+def test_bytes_a_bundle_holds_count_as_referenced(
+    client: TestClient, backend: Backend, folders: dict[str, Path]
+) -> None:
+    """A failed registration removes its blob only when no row names those bytes: a
+    bundle's file (model or release) names them too, on SQLite and Postgres alike."""
+    from service.registry.repository import _blob_referenced
+
+    reg = register(client, folders, ["llama0", "llama1"])
+    files = client.get(f"/v1/models/{reg['ids'][0]}").json()["files"]
+    shard = next(f["sha256"] for f in files if f["path"].endswith(".safetensors"))
+    released = release(client, reg, "lc")
+    released_files = client.get(released["files_url"]).json()["files"]
+    assert released_files  # an LC of bundles is a bundle
+    with backend.session_factory() as session:
+        assert _blob_referenced(session, shard)
+        for f in released_files:
+            assert _blob_referenced(session, f["sha256"])
+        assert not _blob_referenced(session, "0" * 64)
