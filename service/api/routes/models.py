@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.formparsers import MultiPartException
+from starlette.formparsers import MultiPartException, MultiPartParser
 
 from service.accounting.conversions import round_up
 from service.accounting.cost import refusal
@@ -65,6 +65,11 @@ from service.registry.models import Model
 from service.registry.references import open_reference
 
 log = logging.getLogger(__name__)
+
+#: An uploaded file part stays in memory up to this, then spills to a temporary file
+#: (Starlette's default is 1 MiB a part: a 1,024-file bundle could hold 1 GiB in memory).
+UPLOAD_SPOOL_BYTES = 64 * 1024
+MultiPartParser.spool_max_size = UPLOAD_SPOOL_BYTES
 
 router = APIRouter(prefix="/v1/models", tags=["models"])
 
