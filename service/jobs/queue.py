@@ -24,9 +24,8 @@ import hashlib
 import threading
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
+from typing import Any
 
 import redis
 from rq import Callback, Queue, Retry, Worker
@@ -43,65 +42,13 @@ from service.accounting.profiles import PrivacyProfile
 from service.config import Settings
 from service.errors import NotFound, ProfileFailed, ProfilesPending, StorageError
 from service.jobs.claims import apply_claim_checks
+from service.jobs.job_types import JobInfo, Jobs
 from service.jobs.local_pool import DelayedPool
 from service.jobs.metrics import Counters, LocalCounters, RedisCounters
 from service.jobs.profile_task import lock_key, on_failure, profile_task
-from service.jobs.profiles import (
-    DEFAULT_CACHE_BYTES,
-    MemoryProfileStore,
-    Profiles,
-    profile_key,
-)
+from service.jobs.profiles import DEFAULT_CACHE_BYTES, MemoryProfileStore, Profiles, profile_key
 from service.jobs.store import RedisProfileStore
 from service.registry.db import session_scope
-
-
-@dataclass
-class JobInfo:
-    id: str
-    kind: str
-    status: str  # queued | started | finished | failed | scheduled | deferred
-    error: str | None = None
-    result: dict[str, Any] | None = None
-    enqueued_at: datetime | None = None
-    started_at: datetime | None = None
-    ended_at: datetime | None = None
-    meta: dict[str, Any] = field(default_factory=dict)
-
-
-class Jobs(Protocol):
-    counters: Counters
-
-    def profile(self, mechanism: Mechanism) -> tuple[PrivacyProfile | None, JobInfo | None]:
-        """The profile if cached (or computed here); else the job computing it."""
-        ...
-
-    def warm(self, mechanism: Mechanism) -> None:
-        """Have the profile computed ahead of its first use where that costs no request."""
-        ...
-
-    def get(self, job_id: str) -> JobInfo: ...
-
-    def submit(
-        self,
-        kind: str,
-        kwargs: dict[str, Any],
-        background: bool = False,
-        *,
-        job_id: str | None = None,
-        delay_s: float = 0.0,
-    ) -> JobInfo:
-        """Run a deployment job (``outbox``: an outbox item's attempt) here or on a
-        worker; ``delay_s`` schedules it on the queue (nothing sleeps meanwhile)."""
-        ...
-
-    def ready(self) -> tuple[bool, str]: ...
-
-    def workers(self) -> str:
-        """ "ok" or "in-process" when someone computes queued jobs, else why not."""
-        ...
-
-    def queue_sizes(self) -> dict[str, int]: ...
 
 
 class InProcessJobs:
@@ -213,6 +160,9 @@ class InProcessJobs:
         return True, "in-process"
 
     def workers(self) -> str:
+        return "in-process"
+
+    def merge_workers(self) -> str:
         return "in-process"
 
     def queue_sizes(self) -> dict[str, int]:
@@ -379,13 +329,10 @@ class RQJobs:
         return True, "ok"
 
     def workers(self) -> str:
-        """A worker registers itself and renews its key with each heartbeat; RQ lets the
-        key expire when the heartbeats stop, so a count of zero means none is alive."""
-        try:
-            alive = Worker.count(queue=self.queue)
-        except redis.RedisError as exc:
-            return f"unreachable: {type(exc).__name__}"
-        return "ok" if alive else f"no worker is listening on queue {self.queue.name!r}"
+        return _listening(self.queue)
+
+    def merge_workers(self) -> str:
+        return _listening(Queue(self.settings.merge_queue, connection=self.client))
 
     def queue_sizes(self) -> dict[str, int]:
         try:
@@ -402,3 +349,14 @@ def _aware(value: datetime | None) -> datetime | None:
     if value is None:
         return None
     return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def _listening(queue: Queue) -> str:
+    """ "ok" when a worker listens on ``queue``: a worker registers itself and renews its
+    key with each heartbeat, and RQ lets the key expire when the heartbeats stop, so a
+    count of zero means none is alive."""
+    try:
+        alive = Worker.count(queue=queue)
+    except redis.RedisError as exc:
+        return f"unreachable: {type(exc).__name__}"
+    return "ok" if alive else f"no worker is listening on queue {queue.name!r}"

@@ -280,7 +280,13 @@ def test_redis_down_keeps_the_api_up_and_reads_working(committed_db: str, tmp_pa
             conn = redis.Redis.from_url(url)
             queue = Queue(settings.queue_name, connection=conn, serializer=JSONSerializer)
             SimpleWorker([queue], connection=conn).register_birth()
-            assert c.get("/readyz").status_code == 200
+            ready = c.get("/readyz")
+            assert ready.status_code == 200
+            # no worker on the merge queue: ready, with a notice that large merges wait
+            assert "no worker" in ready.json()["notices"]["merge_workers"]
+            merges = Queue(settings.merge_queue, connection=conn, serializer=JSONSerializer)
+            SimpleWorker([merges], connection=conn).register_birth()
+            assert c.get("/readyz").json()["notices"] == {}
             server.terminate()
             server.wait(timeout=10)
             ready = c.get("/readyz")

@@ -27,7 +27,9 @@ def healthz() -> dict[str, str]:
 def readyz(ctx: ContextDep) -> JSONResponse:
     """The database, the blob store and the profile cache (Redis, when configured) are
     reachable, the blob store has at least ``RETARGET_READYZ_MIN_FREE_BYTES`` free, and
-    with Redis a worker is alive to compute queued jobs."""
+    with Redis a worker is alive to compute queued jobs. ``notices`` says what works
+    but is missing, without making the service unready: no worker on the merge queue
+    (large releases stay pending until one comes)."""
     checks: dict[str, Any] = {}
     try:
         with ctx.engine.connect() as conn:
@@ -46,8 +48,12 @@ def readyz(ctx: ContextDep) -> JSONResponse:
     # with Redis, profiles and deployment jobs wait for a worker: none alive is not ready
     checks["workers"] = ctx.jobs.workers()
     ready = all(v in ("ok", "in-process") for v in checks.values())
+    # releases above RETARGET_RELEASE_ASYNC_BYTES wait for a merge worker; without one they
+    # stay pending, but everything else works: said here, not a reason to take the API out
+    merges = ctx.jobs.merge_workers()
+    notices = {} if merges in ("ok", "in-process") else {"merge_workers": merges}
     return JSONResponse(
-        {"status": "ready" if ready else "unavailable", "checks": checks},
+        {"status": "ready" if ready else "unavailable", "checks": checks, "notices": notices},
         status_code=200 if ready else 503,
     )
 
