@@ -112,6 +112,17 @@ class Settings(BaseSettings):
         default=600.0, gt=0, description="Wall-clock budget of one plan job."
     )
     plan_job_workers: int = Field(default=2, ge=1, description="Plan jobs computing at once.")
+    plan_job_memory_bytes: int = Field(
+        default=2 * 1024**3,
+        ge=16 * 1024**2,
+        description="Memory one plan process may allocate beyond its loaded code; past it "
+        "the plan fails.",
+    )
+    shutdown_grace_s: int = Field(
+        default=10,
+        ge=1,
+        description="On SIGTERM, how long requests in flight may finish before they are cut.",
+    )
     release_async_bytes: int = Field(
         default=256 * 1024**2,
         ge=0,

@@ -16,7 +16,8 @@ to a status code and a problem+json ``type`` (``service/api/problems.py``).
     ├── InfeasibleTarget    no plan meets the target (422, carries min_epsilon)
     ├── Unsupported         the analysis does not apply to these inputs (422)
     ├── StorageError        the blob store, database or cache failed (503)
-    ├── Busy                a lock or the connection pool stayed taken: retry (429)
+    ├── Busy                a lock, the connection pool or the plan processes stayed taken (429)
+    ├── ComputeLimitExceeded a plan ran past its wall-clock or memory limit (422)
     └── ProfilesPending     profiles are being computed: try again (202, not an error)
 """
 
@@ -83,7 +84,15 @@ class StorageError(RetargetError):
 
 
 class Busy(RetargetError):
-    """A shared resource (a dataset's release lock, the connection pool) stayed taken."""
+    """A shared resource (a dataset's release lock, the connection pool, the plan
+    processes) stayed taken."""
+
+
+class ComputeLimitExceeded(RetargetError):
+    """A computation ran past its wall-clock budget or its memory limit and was stopped.
+
+    ``extra``: ``limit`` ("wall_clock" or "memory") and the limit's value
+    (``budget_s`` or ``memory_bytes``)."""
 
 
 class ProfilesPending(RetargetError):

@@ -98,7 +98,14 @@ def create_app(
         session_factory=factory,
         blobs=make_blob_store(settings),
         jobs=jobs,
-        plan_jobs=PlanJobs(settings.plan_job_workers, settings.plan_job_budget_s),
+        plan_jobs=PlanJobs(
+            settings.plan_job_workers,
+            settings.plan_job_budget_s,
+            memory_bytes=settings.plan_job_memory_bytes,
+            # a computation in a request (a release, a guarantee) waits for a plan
+            # process as long as a release waits for its dataset's lock
+            wait_s=settings.release_lock_timeout_s,
+        ),
         epsilons=EpsilonCache(jobs.client if isinstance(jobs, RQJobs) else None),
     )
     if isinstance(jobs, InProcessJobs):
@@ -112,7 +119,7 @@ def create_app(
         # by service.api.openapi) only when the operator asks: RETARGET_DOCS
         docs_url=None,
         redoc_url=None,
-        lifespan=_drain_at_start,
+        lifespan=_lifespan,
     )
     app.state.ctx = ctx
     app.state.metrics = CollectorRegistry(auto_describe=True)
@@ -146,7 +153,19 @@ def create_app(
 
 
 @asynccontextmanager
-async def _drain_at_start(app: FastAPI) -> AsyncIterator[None]:
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """At start: start the plan processes (in the background) and queue the outbox
+    items left due. At the end (SIGTERM, after the requests in flight): end the plan
+    processes, within seconds."""
+    app.state.ctx.plan_jobs.pool.start_soon()
+    await _drain_at_start(app)
+    try:
+        yield
+    finally:
+        await run_in_threadpool(app.state.ctx.plan_jobs.close)
+
+
+async def _drain_at_start(app: FastAPI) -> None:
     """Queue the outbox items left due (a crash or a queue outage before this start).
     Embedded (no Redis), nothing but this process runs them: a process that died
     mid-attempt left its item leased, so those are taken too (attempts stay fenced)."""
@@ -162,7 +181,6 @@ async def _drain_at_start(app: FastAPI) -> AsyncIterator[None]:
             log.info("queued %d outbox item(s) left from before", queued)
 
     await run_in_threadpool(drain)
-    yield
 
 
 def api_routes() -> list[APIRoute]:

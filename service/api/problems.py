@@ -33,6 +33,7 @@ TABLE: dict[type[errors.RetargetError], tuple[int, str, str]] = {
     errors.InfeasibleTarget: (422, "infeasible-target", "Target not reachable"),
     errors.Unsupported: (422, "unsupported", "Analysis does not apply"),
     errors.Busy: (429, "busy", "Busy, retry later"),
+    errors.ComputeLimitExceeded: (422, "compute-limit-exceeded", "Computation over its limits"),
     errors.StorageError: (503, "storage-unavailable", "Storage unavailable"),
     errors.ProfileFailed: (500, "profile-failed", "Profile computation failed"),
     errors.ProfilesPending: (503, "profiles-pending", "Profiles are being computed"),

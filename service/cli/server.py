@@ -64,10 +64,18 @@ def cmd_serve(
             log_level=log_level,
             # forwarded headers: only the app's own check (RETARGET_FORWARDED_ALLOW_IPS)
             proxy_headers=False,
+            timeout_graceful_shutdown=settings.shutdown_grace_s,
         )
     else:
         uvicorn.run(
-            create_app(settings), host=host, port=port, log_level=log_level, proxy_headers=False
+            create_app(settings),
+            host=host,
+            port=port,
+            log_level=log_level,
+            proxy_headers=False,
+            # SIGTERM: requests in flight get this long, then the app's shutdown ends the
+            # plan processes (service.api.app._lifespan)
+            timeout_graceful_shutdown=settings.shutdown_grace_s,
         )
     return 0
 

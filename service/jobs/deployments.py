@@ -32,6 +32,7 @@ from service.errors import (
 from service.jobs import outbox
 from service.jobs import releases as release_service
 from service.jobs.callbacks import AllowList, check_callback_url
+from service.jobs.plan_tasks import Compute, in_thread
 from service.jobs.queue import Jobs
 from service.registry import repository
 from service.registry.blobs import BlobStore
@@ -94,6 +95,7 @@ def create_deployment(
     callback_secret: str | None,
     callback_allow: AllowList,
     version: int,
+    compute: Compute = in_thread,
 ) -> tuple[Deployment, Release, str | None]:
     """A new deployment, its first release and (with a callback) the outbox item that
     announces it; nothing is stored if the release fails. A callback URL naming an
@@ -126,6 +128,7 @@ def create_deployment(
         model_ids=None,
         spec=_spec(dep, epsilon, delta),
         deployment=name,
+        compute=compute,
     )
     dep.current_release_id = release.id
     session.add(dep)
@@ -179,6 +182,7 @@ def change_policy(
     refuse_older: bool,
     notify: bool,
     item: tuple[str, int] | None = None,
+    compute: Compute = in_thread,
 ) -> PolicyChange:
     """Re-target a deployment at policy ``version``.
 
@@ -205,6 +209,7 @@ def change_policy(
                 model_ids=None,
                 spec=_spec(dep, epsilon, delta),
                 deployment=name,
+                compute=compute,
             )
             dep.epsilon, dep.delta = epsilon, delta
             dep.policy_version = max(dep.policy_version, version)

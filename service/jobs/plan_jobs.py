@@ -1,17 +1,26 @@
-"""Plans that outgrow a request: computed as jobs, shared by identical requests, cached.
+"""Plans that outgrow a request: computed as jobs, shared by identical requests, cached,
+and bounded in time and memory.
 
 A plan request waits at most ``request_budget_s`` for its answer. Past that it
-becomes a job: the caller gets 202 and the job's link; the computation goes on
-in one of a few daemon worker threads, and its answer is cached under the
-request's canonical key, so the same request asked again (or polled through
-``/v1/jobs/{id}``) gets it at once. Identical requests share one job, a client
-that goes away leaves the job to finish for the next asker (no work is
-wasted), and at most ``workers`` plans compute at a time (others wait in
-line). A job running past ``budget_s`` is reported failed with that reason.
+becomes a job: the caller gets 202 and the job's link; the job goes on in one of
+``workers`` worker threads, and its answer is cached under the request's canonical
+key, so the same request asked again (or polled through ``/v1/jobs/{id}``) gets
+it at once. Identical requests share one job, a client that goes away leaves the
+job to finish for the next asker (no work is wasted), and at most ``workers``
+plans compute at a time (others wait in line).
 
-Worker threads are daemons: on SIGTERM the server stops accepting requests and
-exits without waiting for plans (a plan is a dry run; nothing is half-written),
-so shutdown takes seconds whatever is computing.
+A job's thread does the database work (rows, profiles, the ledger); the
+accounting itself runs in a plan process (``compute``, ``service.jobs.plan_pool``):
+``workers`` + 1 persistent child processes, so plan jobs never take the last one
+from a release or a guarantee computed in its request. A job's wall-clock budget
+(``budget_s``) runs from its start; its plan process is killed when it runs past
+it, or ends when it needs more than ``memory_bytes``, and the job fails with that
+reason (``ComputeLimitExceeded``) while the service and the other jobs go on.
+Outside a job (a release, a guarantee) a computation gets ``budget_s`` of its own
+and waits at most ``wait_s`` for a free process (then ``Busy``).
+
+``close`` (the app's shutdown, on SIGTERM) ends the plan processes within seconds:
+a plan is a dry run, so nothing is half-written; worker threads are daemons.
 """
 
 from __future__ import annotations
@@ -25,11 +34,20 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from service.accounting.planning import Candidate
 from service.errors import NotFound, RetargetError
+from service.jobs.plan_pool import PlanPool
 from service.jobs.queue import JobInfo
 
 #: How long a finished plan job's answer is kept (and served to identical requests).
 RESULT_TTL_S = 30.0
+
+#: A job still running this long past its budget is reported failed (its plan
+#: process, if it has one, was stopped at the budget and says so itself).
+OVERRUN_S = 5.0
+
+#: Memory a plan process may allocate beyond its loaded code, unless told otherwise.
+DEFAULT_MEMORY_BYTES = 2 * 1024**3
 
 
 @dataclass
@@ -56,11 +74,21 @@ def _now() -> datetime:
 class PlanJobs:
     """In-process plan jobs keyed by the canonical request."""
 
-    def __init__(self, workers: int = 2, budget_s: float = 600.0) -> None:
+    def __init__(
+        self,
+        workers: int = 2,
+        budget_s: float = 600.0,
+        memory_bytes: int = DEFAULT_MEMORY_BYTES,
+        wait_s: float = 30.0,
+    ) -> None:
         if workers < 1 or not budget_s > 0:
             raise ValueError(f"workers >= 1 and budget_s > 0 needed, got {workers}, {budget_s}")
         self.budget_s = budget_s
         self.workers = workers
+        self.wait_s = wait_s
+        self.pool = PlanPool(workers + 1, memory_bytes)
+        #: the deadline of the job the current worker thread runs
+        self._local = threading.local()
         self._by_key: dict[str, _Job] = {}
         self._by_id: dict[str, _Job] = {}
         self._lock = threading.Lock()
@@ -82,6 +110,7 @@ class PlanJobs:
             job.started = time.monotonic()
             job.info.status = "started"
             job.info.started_at = _now()
+            self._local.deadline = job.started + self.budget_s if job.bounded else None
             try:
                 job.value = job.fn()
                 job.info.status = "finished"
@@ -89,11 +118,29 @@ class PlanJobs:
                 job.error = exc
                 job.info.status = "failed"
                 job.info.error = getattr(exc, "detail", None) or "the plan failed"
+            finally:
+                self._local.deadline = None
             job.finished = time.monotonic()
             job.info.ended_at = _now()
             if job.error is None and not job.keep(job.value):
                 self._forget(job)  # a reply not to serve again ("still computing")
             job.done.set()
+
+    def compute(self, name: str, candidates: list[Candidate], *args: Any) -> Any:
+        """Task ``name`` (``plan_tasks.TASKS``) in a plan process: by the current job's
+        deadline in a job's thread, else within ``budget_s`` from now, waiting at most
+        ``wait_s`` for a free process. A ``plan_tasks.Compute``."""
+        deadline = getattr(self._local, "deadline", None)
+        wait_s: float | None = None
+        if deadline is None:
+            deadline, wait_s = time.monotonic() + self.budget_s, self.wait_s
+        return self.pool.run(
+            name, candidates, args, deadline=deadline, budget_s=self.budget_s, wait_s=wait_s
+        )
+
+    def close(self) -> None:
+        """End the plan processes (the app's shutdown); jobs computing fail."""
+        self.pool.close()
 
     def run(
         self,
@@ -140,7 +187,9 @@ class PlanJobs:
             raise NotFound(f"no job with id {job_id!r}")
         info = job.info
         running_s = time.monotonic() - job.started if job.started is not None else 0.0
-        if not job.done.is_set() and job.bounded and running_s > self.budget_s:
+        if not job.done.is_set() and job.bounded and running_s > self.budget_s + OVERRUN_S:
+            # past its budget outside a plan process (loading rows or profiles), where
+            # it cannot be stopped: failed for its askers; the thread ends when it can
             info.status = "failed"
             info.error = f"the plan ran past its wall-clock budget of {self.budget_s:g} s"
         if job.done.is_set() and job.error is None and info.result is None:

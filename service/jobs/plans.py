@@ -1,9 +1,12 @@
 """Plans from the registry: load candidates and their profiles, then plan.
 
 Plans need every candidate's profile. Missing ones are queued (embedded default:
-computed right away) and the plan answers 202 until they are cached; a plan over
-cached profiles is computed in the request (milliseconds for RS, seconds at most
-for an LC search under PLD).
+computed right away) and the plan answers 202 until they are cached. The plan
+itself (``make_plan``) and a guarantee are pure functions of the candidates: they
+run through a ``compute`` (``plan_tasks.Compute``), in the app a plan process
+within a wall-clock budget and a memory limit (``PlanJobs.compute``). A plan
+scored on the validation split is computed here: it reads blobs and runs the
+models.
 """
 
 from __future__ import annotations
@@ -16,12 +19,13 @@ from safetensors.torch import load_file
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.accounting.guarantees import Guarantee, guarantee
+from service.accounting.guarantees import Guarantee
 from service.accounting.linear_combination import lc_input
 from service.accounting.mechanisms import Mechanism, canonical_json, parse_mechanism
 from service.accounting.planning import Candidate, Evaluate, Plan, PlanRequestSpec, make_plan
 from service.errors import InvalidInput, NotFound, StorageError, Unsupported
 from service.jobs.lru import Lru
+from service.jobs.plan_tasks import Compute, in_thread
 from service.jobs.queue import Jobs, profiles_or_pending
 from service.merging.architecture import Architecture
 from service.merging.validation import Scorer, read_split
@@ -164,6 +168,7 @@ def plan_for(
     dataset_id: str,
     model_ids: list[str] | None,
     spec: PlanRequestSpec,
+    compute: Compute = in_thread,
 ) -> Plan:
     dataset = repository.get_dataset(session=session, dataset_id=dataset_id)
     if spec.objective == "metric" and spec.metric is None and dataset.metric:
@@ -176,7 +181,7 @@ def plan_for(
     key = plan_cache_key(spec, rows)
     plan = PLAN_CACHE.get(key)
     if plan is None:
-        plan = make_plan(candidates_from(rows, jobs, for_lc=uses_lc(spec)), spec)
+        plan = compute("plan", candidates_from(rows, jobs, for_lc=uses_lc(spec)), spec)
         PLAN_CACHE.put(key, plan)
     return copy.deepcopy(plan)
 
@@ -215,6 +220,7 @@ def guarantee_for(
     method: str,
     delta: float,
     accountants: tuple[str, ...],
+    compute: Compute = in_thread,
 ) -> Guarantee:
     candidates = load_candidates(
         session=session,
@@ -223,4 +229,7 @@ def guarantee_for(
         model_ids=list(weights),
         for_lc=method == "lc",
     )
-    return guarantee(candidates, [weights[c.id] for c in candidates], method, delta, accountants)
+    result: Guarantee = compute(
+        "guarantee", candidates, [weights[c.id] for c in candidates], method, delta, accountants
+    )
+    return result

@@ -50,6 +50,7 @@ from service.accounting.planning import Plan, PlanRequestSpec, default_objective
 from service.errors import BudgetExceeded, StorageError
 from service.jobs import release_artifacts
 from service.jobs.ledger import check_cap
+from service.jobs.plan_tasks import Compute, in_thread
 from service.jobs.plans import candidate_rows, candidates_from, uses_lc, validation_evaluator
 from service.jobs.queue import Jobs
 from service.jobs.release_artifacts import Artifact
@@ -142,6 +143,7 @@ def retarget(
     dtype: str | None = None,
     max_shard_size: int | None = None,
     defer: tuple[int, Callable[[str, Callable[[], Artifact]], None]] | None = None,
+    compute: Compute = in_thread,
 ) -> tuple[Release, bool]:
     """The release for this request: (release, created). Nothing is stored on failure.
 
@@ -150,7 +152,7 @@ def retarget(
     ``max_shard_size``: bundles only, the largest output shard. ``defer`` = (bytes,
     submit): a merge of models larger than ``bytes`` is not run here; the release is
     stored ``pending`` and ``submit(release_id, produce)`` runs ``produce`` later
-    (``service.jobs.async_releases``)."""
+    (``service.jobs.async_releases``). ``compute`` runs the plan (``plan_tasks.Compute``)."""
     dataset = repository.get_dataset(session=session, dataset_id=dataset_id)
     if spec.objective == "metric" and spec.metric is None and dataset.metric:
         spec = PlanRequestSpec(**{**spec.__dict__, "metric": dataset.metric})
@@ -168,7 +170,11 @@ def retarget(
         if existing is not None:
             return existing, False
         evaluate = validation_evaluator(blobs=blobs, dataset=dataset, spec=spec, rows=rows)
-        plan = make_plan(candidates, spec, evaluate)
+        # a plan scored on the validation split reads blobs: computed here; any other
+        # through ``compute`` (in the app: a plan process, within its limits)
+        plan = (
+            make_plan(candidates, spec, evaluate) if evaluate else compute("plan", candidates, spec)
+        )
         exposed = exposed_by(plan)
         check_cap(session, jobs, dataset, (exposed, plan.epsilon, plan.delta))
         models = repository.models_by_id(session=session, model_ids=plan.weights)

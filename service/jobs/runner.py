@@ -21,6 +21,7 @@ from service.config import Settings
 from service.errors import RetargetError
 from service.jobs import deployments, notifications, outbox
 from service.jobs.callbacks import AllowList
+from service.jobs.plan_tasks import Compute, in_thread
 from service.jobs.queue import Jobs
 from service.registry.blobs import BlobStore
 from service.registry.db import session_scope
@@ -47,6 +48,13 @@ class WorkContext:
     session_factory: sessionmaker[Session]
     blobs: BlobStore
     jobs: Jobs
+
+
+def compute_for(ctx: Where) -> Compute:
+    """Where a deployment job's plan runs: the API's plan processes (embedded mode, its
+    context has them), else in the worker's job (RQ's job timeout bounds it)."""
+    plan_jobs = getattr(ctx, "plan_jobs", None)
+    return plan_jobs.compute if plan_jobs is not None else in_thread
 
 
 def lease_s(settings: Settings) -> float:
@@ -113,6 +121,7 @@ def _policy_change(ctx: Where, payload: dict[str, Any], claimed: tuple[str, int]
             refuse_older=True,
             notify=bool(ctx.settings.callback_secret),
             item=claimed,
+            compute=compute_for(ctx),
         )
     except deployments.TRANSIENT as exc:
         return _retry_policy(ctx, claimed, exc.detail)
@@ -207,6 +216,7 @@ def run_policy_change(
             version=int(time.time()),
             refuse_older=False,
             notify=bool(ctx.settings.callback_secret),
+            compute=compute_for(ctx),
         )
     except RetargetError as exc:
         return {"status": "refused", "deployment": deployment, "reason": exc.detail}

@@ -92,6 +92,7 @@ async def create_deployment(body: DeploymentCreate, ctx: ContextDep) -> Deployme
                 callback_secret=ctx.settings.callback_secret,
                 callback_allow=AllowList.parse(ctx.settings.callback_allow),
                 version=int(time.time()),
+                compute=ctx.plan_jobs.compute,
             )
             public = deployment_public(session, dep)
         dispatch(ctx, announce)
@@ -157,6 +158,7 @@ async def change_policy(name: str, body: PolicyUpdate, ctx: ContextDep) -> Deplo
             version=int(time.time()),
             refuse_older=False,
             notify=bool(ctx.settings.callback_secret),
+            compute=ctx.plan_jobs.compute,
         )
         with session_scope(ctx.session_factory) as session:
             dep = service.get_deployment(session=session, name=name)

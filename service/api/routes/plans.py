@@ -191,6 +191,7 @@ async def create_plan(
                     dataset_id=body.dataset_id,
                     model_ids=body.model_ids,
                     spec=spec,
+                    compute=ctx.plan_jobs.compute,
                 )
                 if scored:
                     expose(
@@ -286,6 +287,7 @@ async def plan_guarantee(body: GuaranteeRequest, ctx: ContextDep) -> GuaranteePu
                     method=body.method,
                     delta=body.delta,
                     accountants=accountants,
+                    compute=ctx.plan_jobs.compute,
                 )
         except ProfilesPending as exc:
             return pending_response([job_or_queued(ctx.jobs, j) for j in exc.job_ids])

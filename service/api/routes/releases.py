@@ -107,6 +107,7 @@ async def retarget(body: RetargetRequest, request: Request, ctx: ContextDep) -> 
                     dtype=body.dtype,
                     max_shard_size=body.max_shard_size,
                     defer=defer,
+                    compute=ctx.plan_jobs.compute,
                 )
                 public = release_public(release)
         except ProfilesPending as exc:
