@@ -198,13 +198,9 @@ def _bis(
     integer = np.array([float(a).is_integer() and a >= 2 for a in ORDERS])
     ints = ORDERS[integer]
     d, k, sigma = mech.iterations, mech.participations, mech.noise_multiplier
-    forward = bis.forward_rdp(d, k, sigma, ints)
-    exact = bis.forward_rdp_exact(d, k, sigma, ints)
-    forward = np.where(np.isnan(exact), forward, np.minimum(exact, forward))
-    amgm = bis.reverse_rdp(d, k, sigma, ints)
     # The random-allocation formula (bis.reverse_rdp_allocation) falls below the
     # exact D_alpha(Q||P) of this pair (numerical integration), so it is not used.
-    per_epoch = np.maximum(forward, amgm)
+    per_epoch, certified = bis.per_epoch_rdp(d, k, sigma, ints)
     rdp_known = safe(mech.epochs * per_epoch)
     return {
         "rdp": RdpProfile(ORDERS, rdp_upper_bound(ints, rdp_known, ORDERS)),
@@ -215,9 +211,11 @@ def _bis(
         ],
         "methods": {
             "rdp": f"forward: {bis.FORWARD_METHOD}; reverse: {bis.REVERSE_METHOD}; "
-            "fractional orders by the convexity chord; epochs composed",
+            "each integer order takes the larger direction; fractional orders by the "
+            "convexity chord; epochs composed",
             "pld": "derived from RDP",
         },
+        "parameters": {"certified_by": certified},
     }
 
 
