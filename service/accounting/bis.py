@@ -14,14 +14,16 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy import special
 
+from service.accounting.bis_forward import forward_rdp_single
 from service.accounting.bis_reverse import reverse_rdp_single
 
 #: What the profile says about how each direction was bounded.
 FORWARD_METHOD = (
-    "D_alpha(P||Q): per order the smallest of Theorem 3.1's exact eq. (2) first term "
-    "(Lemma 3.12; for k = 1 and alpha <= d + 1 also Miller's power-series recurrence) where "
-    "tractable, its eq. (3) first term, and (k > 1) the block reduction: k compositions of "
-    "one participation in d // k or d // k + 1 steps, each exact or eq. (3)"
+    "D_alpha(P||Q): per order the smallest of the exact value (k = 1: E[S^alpha] from the "
+    "d-th power of the moments' generating series, every integer order; k > 1: Theorem "
+    "3.1's eq. (2) first term by Lemma 3.12 where tractable), eq. (3)'s first term, and "
+    "(k > 1) the block reduction: k compositions of one participation in d // k or "
+    "d // k + 1 steps, each exact"
 )
 REVERSE_METHOD = (
     "D_alpha(Q||P): per order the smaller of the AM-GM bound c^2 k / (2 sigma^2) "
@@ -31,7 +33,7 @@ REVERSE_METHOD = (
 )
 #: Labels of the bounds, as ``certified_by`` reports them.
 LABELS = {
-    "forward_exact": "forward: exact (Lemma 3.12, or Miller's recurrence for k = 1)",
+    "forward_exact": "forward: exact (Lemma 3.12; moments' power series for k = 1)",
     "forward_eq3": "forward: Theorem 3.1 eq. (3)",
     "forward_blocks": "forward: k blocks of one participation",
     "reverse_exact": "reverse: exact (Laplace transform)",
@@ -173,40 +175,6 @@ def forward_rdp_exact(
     return out
 
 
-def forward_rdp_single(d: int, noise_multiplier: float, orders: ArrayLike) -> NDArray:
-    """D_alpha(P || Q) exactly for one participation (k = 1), at integer orders
-    2 <= alpha <= d + 1; NaN at other orders.
-
-    E_Q[(P/Q)^alpha] = E[S^alpha], S the mean of d i.i.d. Z with E[Z^j] = exp(j (j-1) /
-    (2 s^2)) (s = sigma / c), so E[(sum_t Z_t)^n] = n! P_n with P = M^d the d-th power of
-    the moments' exponential generating function M(x) = sum_j E[Z^j] x^j / j! (a formal
-    power series). J. C. P. Miller's recurrence for a power of a series with M_0 = 1:
-    P_0 = 1, P_n = (1/n) sum_{j=1}^n ((d + 1) j - n) M_j P_{n-j}. Every term is >= 0 when
-    n <= d + 1, so it runs in log space (log-sum-exp) without cancellation; a relative
-    1e-10 covers the rounding of up to 1024 such steps.
-    D_alpha = (log alpha! + log P_alpha - alpha log d) / (alpha - 1).
-    """
-    a = np.asarray(orders, dtype=np.float64)
-    out = np.full(a.shape, np.nan)
-    ints = (a >= 2) & (np.floor(a) == a) & (a <= d + 1)
-    if not np.any(ints):
-        return out
-    top = int(np.max(a[ints]))
-    lam = 1.0 / (2.0 * noise_multiplier**2)
-    j = np.arange(top + 1, dtype=np.float64)
-    log_m = j * (j - 1) * lam - special.gammaln(j + 1)
-    log_p = np.zeros(top + 1)
-    with np.errstate(divide="ignore"):  # the j = 1 term of n = d + 1 is 0
-        for n in range(1, top + 1):
-            jj = np.arange(1, n + 1)
-            terms = np.log((d + 1.0) * jj - n) + log_m[1 : n + 1] + log_p[n - jj]
-            log_p[n] = float(special.logsumexp(terms)) - math.log(n)
-    n_a = a[ints].astype(int)
-    log_e = special.gammaln(n_a + 1.0) + log_p[n_a] - n_a * math.log(d) + 1e-10
-    out[ints] = log_e / (n_a - 1.0)
-    return out
-
-
 def _log_comb(n: int, r: int) -> float:
     return math.lgamma(n + 1) - math.lgamma(r + 1) - math.lgamma(n - r + 1)
 
@@ -260,8 +228,7 @@ def forward_rdp_blocks(d: int, k: int, noise_multiplier: float, orders: ArrayLik
     Checked against exact enumeration (forward) and quadrature (reverse) for d = 4, k = 2;
     d = 6, k = 2 and 3 (tests/unit/test_bis_exact.py).
 
-    Each block: the exact forward divergence (``forward_rdp_single`` or Lemma 3.12) where
-    computed, else eq. (3).
+    Each block: the exact forward divergence of one participation (``forward_rdp_single``).
     """
     a = np.asarray(orders, dtype=np.float64)
     total = np.zeros(a.shape)
@@ -271,12 +238,9 @@ def forward_rdp_blocks(d: int, k: int, noise_multiplier: float, orders: ArrayLik
 
 
 def _forward_single_best(d: int, noise_multiplier: float, orders: NDArray) -> NDArray:
-    """One participation: the exact value (Miller's recurrence or Lemma 3.12) where
-    computed, else eq. (3)."""
-    exact = np.fmin(
-        forward_rdp_single(d, noise_multiplier, orders),
-        forward_rdp_exact(d, 1, noise_multiplier, orders),
-    )
+    """One participation: the exact value (``forward_rdp_single``), or eq. (3) where that
+    is lower (only by the exact value's rounding cover)."""
+    exact = forward_rdp_single(d, noise_multiplier, orders)
     return np.fmin(exact, forward_rdp(d, 1, noise_multiplier, orders))
 
 
@@ -298,19 +262,27 @@ def per_epoch_rdp(
     smallest valid bound of each (see FORWARD_METHOD and REVERSE_METHOD), and which bound
     certified each order (the smallest bound of the larger direction), by label."""
     a = np.asarray(orders, dtype=np.float64)
-    exact = forward_rdp_exact(d, k, noise_multiplier, a)
     if k == 1:
-        exact = np.fmin(exact, forward_rdp_single(d, noise_multiplier, a))
+        exact = forward_rdp_single(d, noise_multiplier, a)
+    else:
+        exact = forward_rdp_exact(d, k, noise_multiplier, a)
     forward = {
         "forward_eq3": forward_rdp(d, k, noise_multiplier, a),
         "forward_exact": np.where(np.isnan(exact), np.inf, exact),
     }
-    reverse = {"reverse_amgm": reverse_rdp(d, k, noise_multiplier, a)}
-    if k == 1:
-        reverse["reverse_exact"] = reverse_rdp_single(d, noise_multiplier, a)
-    else:
+    if k > 1:
         forward["forward_blocks"] = forward_rdp_blocks(d, k, noise_multiplier, a)
-        reverse["reverse_blocks"] = reverse_rdp_blocks(d, k, noise_multiplier, a)
+    fwd = np.min(np.stack(list(forward.values())), axis=0)
+    amgm = reverse_rdp(d, k, noise_multiplier, a)
+    reverse = {"reverse_amgm": amgm}
+    # the tighter reverse bound only matters where AM-GM is above the forward bound
+    need = amgm > fwd
+    tight = np.full(a.shape, np.inf)
+    if np.any(need) and k == 1:
+        tight[need] = reverse_rdp_single(d, noise_multiplier, a[need])
+    elif np.any(need):
+        tight[need] = reverse_rdp_blocks(d, k, noise_multiplier, a[need])
+    reverse["reverse_exact" if k == 1 else "reverse_blocks"] = tight
     fwd_names, rev_names = list(forward), list(reverse)
     fwd_all = np.stack([forward[n] for n in fwd_names])
     rev_all = np.stack([reverse[n] for n in rev_names])
