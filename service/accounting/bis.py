@@ -295,3 +295,18 @@ def per_epoch_rdp(
             name = rev_names[int(np.argmin(rev_all[:, i]))]
         certified.setdefault(LABELS[name], []).append(float(alpha))
     return np.maximum(fwd, rev), certified
+
+
+def certified_note(certified: dict[str, list[float]], orders: NDArray) -> str:
+    """One line for users: the bound that certified each order, as runs of adjacent orders."""
+    index = {float(a): i for i, a in enumerate(orders)}
+    parts = []
+    for label, used in certified.items():
+        idx = sorted(index[a] for a in used)
+        runs, start = [], idx[0]
+        for j, i in enumerate(idx):
+            if j + 1 == len(idx) or idx[j + 1] != i + 1:  # a run ends at i
+                runs.append(f"{orders[start]:g}" + ("" if start == i else f"-{orders[i]:g}"))
+                start = idx[j + 1] if j + 1 < len(idx) else start
+        parts.append(f"{label} at orders {', '.join(runs)}")
+    return "RDP per order certified by: " + "; ".join(parts)

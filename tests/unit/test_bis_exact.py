@@ -75,7 +75,7 @@ def _laplace_scipy(d: int, s: float, alpha: float) -> float:
         cuts = [-30.0, -8.0, -3.0, gs, 30.0]
         return math.log1p(
             sum(
-                integrate.quad(f, lo, hi, epsabs=0, epsrel=1e-12, limit=200)[0]
+                integrate.quad(f, lo, hi, epsabs=1e-300, epsrel=1e-10, limit=400)[0]
                 for lo, hi in itertools.pairwise(cuts)
             )
         )
@@ -279,3 +279,9 @@ def test_per_epoch_rdp_reports_which_bound_certified_each_order() -> None:
     # (at order 2, eq. (3) is exact too and ties)
     assert {3.0, 8.0} <= set(certified[bis.LABELS["forward_exact"]])
     assert all(label.startswith("forward") for label in certified)
+
+
+def test_certified_note_lists_runs_of_adjacent_orders() -> None:
+    orders = np.array([2.0, 3.0, 4.0, 8.0, 16.0])
+    note = bis.certified_note({"a": [2.0, 3.0, 8.0, 16.0], "b": [4.0]}, orders)
+    assert note == "RDP per order certified by: a at orders 2-3, 8-16; b at orders 4"
