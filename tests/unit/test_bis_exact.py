@@ -16,6 +16,8 @@ import math
 import mpmath as mp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from random_allocation.random_allocation_scheme.direct import allocation_RDP_remove
 from scipy import integrate
 
@@ -122,6 +124,16 @@ def test_single_reverse_where_the_tail_bound_binds_is_still_above() -> None:
     ours = reverse_rdp_single(3, 0.7, alphas)
     assert np.all(ours >= exact)
     assert ours[1] <= exact[1] * 1.03 and np.isinf(ours[2])
+
+
+@settings(max_examples=12, deadline=None)
+@given(s=st.floats(0.8, 5.0), alpha=st.floats(1.2, 10.0))
+def test_single_reverse_is_never_below_the_exact_value(s: float, alpha: float) -> None:
+    """Property: for d = 2, wherever it is finite, never below the quadrature value (160
+    nodes a side, converged to about 1e-13 on this domain)."""
+    exact = float(_quadrature(2, 1, s, [alpha], 160)[0])
+    ours = float(reverse_rdp_single(2, s, [alpha])[0])
+    assert ours >= exact
 
 
 @pytest.mark.parametrize(("d", "s", "alpha"), [(20, 1.0, 3.0), (100, 2.0, 8.0), (50, 0.7, 2.0)])
