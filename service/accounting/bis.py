@@ -4,6 +4,12 @@ Source: papers/balanced-iteration-subsampling.txt, Theorem 3.1 (with Theorem 3.8
 d = T iterations, k participations, sensitivity c, noise std sigma, so
 c / sigma = 1 / noise_multiplier). The mechanism is P = mean over the k-subsets
 mu of N(c mu, sigma^2 I_d) against Q = N(0, sigma^2 I_d).
+
+One participation (k = 1) is computed exactly in both directions: ``bis_forward``
+(D_alpha(P||Q), integer orders) and ``bis_reverse`` (D_alpha(Q||P), certified quadrature,
+any real order). k > 1 adds the block reduction (``forward_rdp_blocks``) to the paper's
+bounds. ``per_epoch_rdp`` takes, per order, the smallest valid bound of each direction
+and the larger direction.
 """
 
 from __future__ import annotations
