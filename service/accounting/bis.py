@@ -4,6 +4,12 @@ Source: papers/balanced-iteration-subsampling.txt, Theorem 3.1 (with Theorem 3.8
 d = T iterations, k participations, sensitivity c, noise std sigma, so
 c / sigma = 1 / noise_multiplier). The mechanism is P = mean over the k-subsets
 mu of N(c mu, sigma^2 I_d) against Q = N(0, sigma^2 I_d).
+
+One participation (k = 1) is computed exactly in both directions: ``bis_forward``
+(D_alpha(P||Q), integer orders) and ``bis_reverse`` (D_alpha(Q||P), certified quadrature,
+any real order). k > 1 adds the block reduction (``forward_rdp_blocks``) to the paper's
+bounds. ``per_epoch_rdp`` takes, per order, the smallest valid bound of each direction
+and the larger direction.
 """
 
 from __future__ import annotations
@@ -295,3 +301,18 @@ def per_epoch_rdp(
             name = rev_names[int(np.argmin(rev_all[:, i]))]
         certified.setdefault(LABELS[name], []).append(float(alpha))
     return np.maximum(fwd, rev), certified
+
+
+def certified_note(certified: dict[str, list[float]], orders: NDArray) -> str:
+    """One line for users: the bound that certified each order, as runs of adjacent orders."""
+    index = {float(a): i for i, a in enumerate(orders)}
+    parts = []
+    for label, used in certified.items():
+        idx = sorted(index[a] for a in used)
+        runs, start = [], idx[0]
+        for j, i in enumerate(idx):
+            if j + 1 == len(idx) or idx[j + 1] != i + 1:  # a run ends at i
+                runs.append(f"{orders[start]:g}" + ("" if start == i else f"-{orders[i]:g}"))
+                start = idx[j + 1] if j + 1 < len(idx) else start
+        parts.append(f"{label} at orders {', '.join(runs)}")
+    return "RDP per order certified by: " + "; ".join(parts)

@@ -207,7 +207,8 @@ def _bis(
         "pld": None,
         "notes": [
             "no PLD is known for balanced iteration subsampling: the PLD accountant uses the "
-            "privacy profile derived from RDP (Balle et al. 2020)"
+            "privacy profile derived from RDP (Balle et al. 2020)",
+            bis.certified_note(certified, ints),
         ],
         "methods": {
             "rdp": f"forward: {bis.FORWARD_METHOD}; reverse: {bis.REVERSE_METHOD}; "
