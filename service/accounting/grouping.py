@@ -31,6 +31,7 @@ import math
 
 import numpy as np
 from numpy.typing import NDArray
+from scipy import special
 
 from service.accounting.rdp import subsampled_gaussian_rdp
 
@@ -40,8 +41,43 @@ DEFAULT_BUDGET = 5e-4
 CHECK_ORDERS = np.array([2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 256.0])
 #: Most searches of the share of the total a group may rise by.
 _SEARCHES = 12
+#: Group lengths tabulated for every start at once (longer groups are grown one by one).
+_SHORT = 32
 
 Group = tuple[float, float, int]
+
+# every term k = 2..alpha of every check order, side by side (see _check_rdp)
+_ALPHA = np.concatenate([np.full(int(a) - 1, a) for a in CHECK_ORDERS])
+_K = np.concatenate([np.arange(2.0, a + 1) for a in CHECK_ORDERS])
+_LOG_BINOM = (
+    special.gammaln(_ALPHA + 1) - special.gammaln(_K + 1) - special.gammaln(_ALPHA - _K + 1)
+)
+_SEGMENTS = np.concatenate([[0], np.cumsum(CHECK_ORDERS[:-1] - 1)]).astype(np.int64)
+
+
+def _check_rdp(q: NDArray, sigma: NDArray) -> NDArray:
+    """RDP at every order of CHECK_ORDERS of each (q, sigma), in one pass: (pairs, orders).
+
+    Source: Mironov, Talwar, Zhang 2019, Section 3.3, integer orders:
+    A_alpha - 1 = sum_{k>=2} C(alpha, k) q^k (1-q)^(alpha-k) expm1((k^2 - k) / (2 sigma^2)),
+    all terms positive (log-sum-exp exact to rounding), rdp = log1p(A_alpha - 1) / (alpha - 1),
+    as ``rdp.subsampled_gaussian_rdp`` computes it order by order; here all orders of a
+    few pairs go in one array, which is what the grouping search asks for thousands of
+    times. Used to choose groups, never as a bound.
+    """
+    with np.errstate(divide="ignore"):
+        log_q, log_1mq = np.log(q)[:, None], np.log1p(-q)[:, None]
+    x = (_K * _K - _K)[None, :] / (2.0 * sigma[:, None] ** 2)
+    log_expm1 = np.where(x > 30.0, x + np.log1p(-np.exp(-np.minimum(x, 700.0))), 0.0)
+    small = x <= 30.0
+    log_expm1[small] = np.log(np.expm1(x[small]))
+    with np.errstate(invalid="ignore"):
+        terms = _LOG_BINOM + _K * log_q + np.where(_ALPHA > _K, (_ALPHA - _K) * log_1mq, 0.0)
+    terms = terms + log_expm1
+    top = np.maximum.reduceat(terms, _SEGMENTS, axis=1)
+    sizes = np.diff(np.concatenate([_SEGMENTS, [_K.shape[0]]]))
+    total = np.add.reduceat(np.exp(terms - np.repeat(top, sizes, axis=1)), _SEGMENTS, axis=1)
+    return np.logaddexp(0.0, np.log(total) + top) / (CHECK_ORDERS - 1.0)
 
 
 class _Sorted:
@@ -60,49 +96,58 @@ class _Sorted:
         zero = np.zeros((1, CHECK_ORDERS.shape[0]))
         self.weighted = np.concatenate([zero, np.cumsum(self.rdp * self.counts[:, None], axis=0)])
         self.total = self.weighted[-1]
+        self._table: tuple[NDArray, NDArray, NDArray] | None = None
 
-    def _dominating(self, start: int, stop: int) -> NDArray:
-        """RDP of the dominating configuration of every group [start, j], j < stop."""
-        q, s = self.q[start:stop], self.sigma[start:stop]
-        q_top, s_low = np.maximum.accumulate(q), np.minimum.accumulate(s)
+    def _rises(self, starts: NDArray, length: int) -> tuple[NDArray, NDArray, NDArray]:
+        """For every start s and every j < length: the rise and the exact RDP of the group
+        [s, s + j], shape (starts, length, orders), and whether s + j is a configuration."""
+        idx = starts[:, None] + np.arange(length)[None, :]
+        valid = idx < self.n
+        idx = np.minimum(idx, self.n - 1)
+        q, s = self.q[idx], self.sigma[idx]
+        q_top, s_low = np.maximum.accumulate(q, axis=1), np.minimum.accumulate(s, axis=1)
         # the newest member dominates all before it: its own RDP
         newest = (q >= q_top) & (s <= s_low)
         # the extremes did not move: the previous group's dominating configuration
-        same = np.zeros(q.shape[0], dtype=bool)
-        same[1:] = (q_top[1:] == q_top[:-1]) & (s_low[1:] == s_low[:-1])
-        out = np.empty((q.shape[0], CHECK_ORDERS.shape[0]))
-        out[newest] = self.rdp[start:stop][newest]
-        fresh = ~newest & ~same
+        same = np.zeros(q.shape, dtype=bool)
+        same[:, 1:] = (q_top[:, 1:] == q_top[:, :-1]) & (s_low[:, 1:] == s_low[:, :-1])
+        dominating = np.zeros((*q.shape, CHECK_ORDERS.shape[0]))
+        dominating[newest] = self.rdp[idx[newest]]
+        fresh = ~newest & ~same & valid
         if np.any(fresh):
-            out[fresh] = subsampled_gaussian_rdp(q_top[fresh], s_low[fresh], CHECK_ORDERS)
-        source = np.where(same, 0, np.arange(q.shape[0]))
-        source = np.maximum.accumulate(source)
-        return out[source]
+            dominating[fresh] = _check_rdp(q_top[fresh], s_low[fresh])
+        source = np.maximum.accumulate(np.where(same, 0, np.arange(length)[None, :]), axis=1)
+        dominating = np.take_along_axis(dominating, source[:, :, None], axis=1)
+        members = self.steps[idx + 1] - self.steps[starts][:, None]
+        exact = self.weighted[idx + 1] - self.weighted[starts][:, None, :]
+        return dominating * members[:, :, None] - exact, exact, valid
+
+    def _longest(
+        self, rise: NDArray, exact: NDArray, valid: NDArray, budget: float, cap: NDArray
+    ) -> NDArray:
+        """Per start, how many configurations its group may take (= length: maybe more)."""
+        ok = np.all(rise <= np.maximum(budget * exact, cap), axis=2) & valid
+        ok[:, 0] = True  # one configuration is its own dominating one
+        bad = ~ok
+        return np.where(bad.any(axis=1), bad.argmax(axis=1), ok.shape[1])
 
     def cut(self, budget: float, share: float) -> list[tuple[int, int]]:
         """Consecutive groups [start, end), each as long as its rise stays within
         max(budget * its own RDP, share * the total RDP) at every check order."""
         cap = share * self.total
+        if self._table is None:
+            self._table = self._rises(np.arange(self.n), min(self.n, _SHORT))
+        taken = self._longest(*self._table, budget, cap)
         out = []
-        start, span = 0, 4
+        start = 0
         while start < self.n:
-            end = self.n  # the group is [start, end) unless a longer one fails
-            while True:
-                stop = min(self.n, start + span)
-                dominating = self._dominating(start, stop)
-                members = self.steps[start + 1 : stop + 1] - self.steps[start]
-                exact = self.weighted[start + 1 : stop + 1] - self.weighted[start]
-                rise = dominating * members[:, None] - exact
-                ok = np.all(rise <= np.maximum(budget * exact, cap), axis=1)
-                bad = np.flatnonzero(~ok)
-                if bad.size:
-                    end = start + max(1, int(bad[0]))
-                    break
-                if stop == self.n:
-                    break
-                span *= 2
+            size = int(taken[start])
+            length = _SHORT
+            while size == length and start + size < self.n:  # a long group: look further
+                length *= 2
+                size = int(self._longest(*self._rises(np.array([start]), length), budget, cap)[0])
+            end = min(self.n, start + size)
             out.append((start, end))
-            span = max(4, 2 * (end - start))
             start = end
         return out
 

@@ -113,7 +113,7 @@ def ranges(q: NDArray, s: NDArray, h: float, add: bool, tail: float) -> tuple[ND
 
 
 def spacing_levels(
-    q: NDArray, s: NDArray, h: float, add: bool, tilt: float, levels: int = TAIL_LEVELS
+    q: NDArray, s: NDArray, h: float, add: bool, tilt: float, levels: int
 ) -> tuple[NDArray, NDArray]:
     """Grid indices past which a step's grid widens by 2^j, j = 1..levels:
     (below, above), each of shape (steps, levels).
@@ -205,14 +205,15 @@ def step_pmfs(
     tail: float,
     base: int = 0,
     tilt: float = 0.0,
-    levels: int = TAIL_LEVELS,
+    levels: int | None = None,
 ) -> StepPmfs:
     """Connect-the-dots PMFs of steps (q_i, s_i) on grid h, one direction (module docstring).
 
     ``tail``: mass left beyond each end of a step; ``base``: the body's spacing is 2^base h;
     ``tilt``: the largest tilt of the composed tail the accuracy is kept for; ``levels``:
-    how many times the far tails may double their spacing.
+    how many times the far tails may double their spacing (default TAIL_LEVELS).
     """
+    levels = TAIL_LEVELS if levels is None else levels
     rows, k, starts = _grid(q, s, h, add, tail, base, tilt, levels)
     pts = _Points(q, s, rows, k, h, add)
     n = k.shape[0]
