@@ -50,6 +50,11 @@ BYTES_PER_POINT = 64
 #: the point limit): as many as the groups a dp_sgd PLD composes.
 MAX_PLD_COMPOSITIONS = 64
 
+#: Most grid points a dp_sgd PLD transforms in all (``fourier_pld``: one FFT of the composed
+#: grid per distinct step or group, and about as many points of step PMFs): past it the
+#: distinct steps are grouped (``grouping.groups_within``) so that the work stays bounded.
+MAX_PLD_WORK = 2.2e8
+
 #: Defaults of the limits (settings ``RETARGET_PROFILE_MAX_PLD_POINTS`` and
 #: ``RETARGET_PROFILE_MAX_RDP_EVALUATIONS``).
 DEFAULT_MAX_PLD_POINTS = 8_000_000
@@ -158,6 +163,12 @@ def dp_event_pld_points(
         elif isinstance(leaf.node, LaplaceNode):
             widths.append((2.0 / leaf.node.noise_multiplier, leaf.count))
     return _points(widths, orders, rdp, discretization)
+
+
+def pld_groups_allowed(points: float, floor: int) -> int:
+    """How many distinct steps or groups a PLD on ``points`` grid points may compose
+    within MAX_PLD_WORK (never fewer than ``floor``)."""
+    return max(floor, int(MAX_PLD_WORK // max(points, 1.0)))
 
 
 def exceeds(cost: ProfileCost, limits: CostLimits) -> list[str]:

@@ -7,14 +7,13 @@ loss, except where ``heuristic`` says the user opted into an approximation.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from service.accounting import bis, grouping
+from service.accounting import bis
 from service.accounting.conversions import ORDERS
 from service.accounting.cost import (
     EXP_LIMIT,
@@ -34,20 +33,23 @@ from service.accounting.mechanisms import (
     RDPCurve,
 )
 from service.accounting.pld import PldPair, epsilon_delta_pld, subsampled_gaussian_pld
-from service.accounting.rdp import subsampled_gaussian_rdp
 from service.accounting.rdp_profile import (
     RdpProfile,
     from_source,
     safe,
 )
 from service.accounting.refine import refined_pld
-
-#: Up to this many distinct (q, sigma) pairs, the PLD composes each exactly.
-EXACT_PLD_GROUPS = 64
-
-#: Most groups the PLD builds (each a self-composition and a convolution): past this the
-#: RDP budget of a group is doubled until they fit, so the work stays bounded.
-MAX_PLD_GROUPS = 64
+from service.accounting.schedule_pld import (
+    EXACT_PLD_GROUPS as EXACT_PLD_GROUPS,
+)
+from service.accounting.schedule_pld import (
+    MAX_PLD_GROUPS as MAX_PLD_GROUPS,
+)
+from service.accounting.schedule_pld import (
+    SchedulePld,
+    pessimistic_groups,
+    schedule_pld,
+)
 
 
 def _pld_within(
@@ -112,60 +114,31 @@ def _dp_sgd_groups(mech: DPSGD) -> tuple[NDArray, NDArray, NDArray]:
     return pairs[:, 0], pairs[:, 1], counts
 
 
-def _pessimistic_groups(
-    q: NDArray, sigma: NDArray, counts: NDArray
-) -> tuple[list[tuple[float, float, int]], bool]:
-    """(q, sigma, count) groups for the PLD: exact, or merged (``grouping.group_steps``).
-
-    Up to EXACT_PLD_GROUPS distinct pairs are kept as they are. Past that, nearly
-    equal configurations are merged into their dominating one (an upper bound) while
-    the RDP rises by at most ``grouping.DEFAULT_BUDGET`` relative; when that leaves
-    more than MAX_PLD_GROUPS groups the budget is doubled until they fit (sound the
-    same way, looser; the RDP curve, which composes every distinct step exactly, is
-    there beside it).
-    """
-    exact = [(float(a), float(b), int(c)) for a, b, c in zip(q, sigma, counts, strict=True)]
-    if q.shape[0] <= EXACT_PLD_GROUPS:
-        return exact, False
-    # first guess: the spread of the per-step RDP shared out over the groups allowed
-    per_step = subsampled_gaussian_rdp(q, sigma, [16.0])[:, 0]
-    positive = per_step[per_step > 0]
-    spread = math.log(positive.max() / positive.min()) if positive.size else 0.0
-    budget = max(grouping.DEFAULT_BUDGET, spread / MAX_PLD_GROUPS)
-    grouped = grouping.group_steps(q, sigma, counts, budget)
-    lo = 0.0
-    while len(grouped) > MAX_PLD_GROUPS:
-        lo, budget = budget, budget * 2.0
-        grouped = grouping.group_steps(q, sigma, counts, budget)
-    if lo == 0.0 and budget > grouping.DEFAULT_BUDGET:
-        lo = grouping.DEFAULT_BUDGET
-    if lo > 0.0:
-        # the smallest budget that fits lies in (lo, budget]: narrow it down
-        for _ in range(2):
-            mid = math.sqrt(lo * budget)
-            trial = grouping.group_steps(q, sigma, counts, mid)
-            if len(trial) <= MAX_PLD_GROUPS:
-                budget, grouped = mid, trial
-            else:
-                lo = mid
-    return grouped, len(grouped) < q.shape[0]
+#: The groups a dp_sgd PLD composes (kept here under their old names).
+_pessimistic_groups = pessimistic_groups
 
 
 def _dp_sgd(mech: DPSGD, discretization: float, limits: CostLimits) -> dict[str, Any]:
-    disc = [discretization]
     q, sigma, counts = _dp_sgd_groups(mech)
     pairs = [[float(a), float(b), int(c)] for a, b, c in zip(q, sigma, counts, strict=True)]
-    groups, grouped = _pessimistic_groups(q, sigma, counts)
     rdp = from_source({"kind": "subsampled_gaussian", "pairs": pairs})
+    exact = [(float(a), float(b), int(c)) for a, b, c in pairs]
     cost = ProfileCost(
         rdp_evaluations=ORDERS.shape[0] * q.shape[0],
-        pld_points=gaussian_pld_points(groups, rdp.orders, rdp.epsilons, discretization),
+        pld_points=gaussian_pld_points(exact, rdp.orders, rdp.epsilons, discretization),
         compositions=int(counts.sum()),
     )
-    pld, notes = _pld_within(cost, limits, lambda: _refined_groups(groups, rdp, disc, limits))
-    if grouped:
+    built: list[SchedulePld] = []
+
+    def build() -> PldPair:
+        built.append(schedule_pld(q, sigma, counts, rdp, discretization, limits))
+        return built[0].pld
+
+    pld, notes = _pld_within(cost, limits, build)
+    method = built[0].method if built else "none (over the limits)"
+    if built and built[0].grouped:
         notes.append(
-            f"{q.shape[0]} distinct steps were grouped into {len(groups)} for the PLD "
+            f"{q.shape[0]} distinct steps were grouped into {len(built[0].groups)} for the PLD "
             "(each group as its largest q and smallest sigma): an upper bound"
         )
     if mech.heuristic:
@@ -181,12 +154,12 @@ def _dp_sgd(mech: DPSGD, discretization: float, limits: CostLimits) -> dict[str,
         "methods": {
             "rdp": "Poisson-subsampled Gaussian (Mironov, Talwar, Zhang 2019), summed over steps, "
             "best real order",
-            "pld": "dp_accounting subsampled-Gaussian PLD, equal steps self-composed, pessimistic",
+            "pld": method,
         },
         "parameters": {
             "steps": int(counts.sum()),
             "distinct_steps": int(q.shape[0]),
-            "discretization": disc[0],
+            "discretization": built[0].discretization if built else discretization,
         },
     }
 
