@@ -118,12 +118,13 @@ def spacing_levels(
     """Grid indices past which a step's grid widens by 2^j, j = 1..levels:
     (below, above), each of shape (steps, levels).
 
-    Accuracy model: splitting an atom over a cell of width D raises a composed delta,
-    relative, by about t^2 D^2 / 8 times the atom's share of the step's loss distribution
-    tilted by e^{t L} (t: the tilt of the composed tail at that delta; the chord error of
-    a function that grows like e^{t l}). So a step's far tails, where the tilted step holds
-    less than FINE_TAIL 4^-j of its mass, may be 2^j times coarser: each level adds at most
-    FINE_TAIL of the error of the base spacing. Tilted by e^{t L}, the sampled component
+    Accuracy model (``base_level``): splitting the atoms of a cell of width D moves a
+    composed epsilon by about D^2 (t + 1) / 8 times their share of the step's loss
+    distribution tilted by e^{t L}, t the tilt of the composed tail at that epsilon (what
+    an atom at l adds to delta grows about as e^{t l}). So a step's far tails, where the
+    tilted step holds less than FINE_TAIL 4^-j of its mass, may be 2^j times coarser: each
+    level adds at most FINE_TAIL of the base spacing's error (4^j D^2 FINE_TAIL 4^-j), all
+    TAIL_LEVELS together a quarter of it. Tilted by e^{t L}, the sampled component
     N(1, s^2) of the remove pair is about N(1 + t, s^2) in x (its loss is linear in x up to
     a log term that only lowers it), and the add pair's N(0, s^2) at most N(-t, s^2) (its
     loss is at most linear in -x); lower tails are not raised by a tilt t >= 0.
