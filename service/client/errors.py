@@ -143,6 +143,15 @@ class InfeasibleTarget(ClientError):
 class Unsupported(ClientError): ...
 
 
+class ComputeLimitExceeded(ClientError):
+    """The plan ran past its wall-clock or memory limit: ``limit`` says which."""
+
+    @property
+    def limit(self) -> str | None:
+        value = self.problem.get("limit")
+        return None if value is None else str(value)
+
+
 class InternalError(ServerError): ...
 
 
@@ -174,6 +183,7 @@ PROBLEMS: dict[str, type[ApiError]] = {
     "budget-exceeded": BudgetExceeded,
     "infeasible-target": InfeasibleTarget,
     "unsupported": Unsupported,
+    "compute-limit-exceeded": ComputeLimitExceeded,
     "internal-error": InternalError,
     "profile-failed": ProfileFailed,
     "profiles-pending": ProfilesPending,
