@@ -48,10 +48,11 @@ from service.accounting.conversions import ORDERS, eps_from_rdp
 from service.accounting.mechanisms import DPSGD, Gaussian, Mechanism, NonPrivate, Segment
 from service.accounting.merged_step import merged_step_mixture
 from service.accounting.mixture import Mixture, mixture_rdp
-from service.accounting.mixture_pld import gaussian_epsilon, mixture_pld
+from service.accounting.mixture_pld import gaussian_epsilon
 from service.accounting.orders import epsilon_any_order
 from service.accounting.pld import DEFAULT_DISCRETIZATION, PldPair
 from service.accounting.profiles import RDP_SAFETY, PrivacyProfile, compute_profile
+from service.accounting.step_pld import step_pld
 from service.errors import Unsupported
 
 #: What every LC certificate assumes; shown wherever the bound is shown.
@@ -199,6 +200,7 @@ class LCAccountant:
     delta: float
     discretization: float = DEFAULT_DISCRETIZATION
     _cache: dict[str, object] = field(default_factory=dict, repr=False)
+    _epsilons: dict[tuple[bytes, str], float] = field(default_factory=dict, repr=False)
 
     @property
     def heuristic(self) -> bool:
@@ -211,8 +213,16 @@ class LCAccountant:
         return any(i.final is not None for i in self.inputs)
 
     def epsilon(self, lam: NDArray, accountant: str) -> float:
-        """Epsilon at ``delta`` under 'rdp' or 'pld' for weights ``lam`` (>= 0)."""
+        """Epsilon at ``delta`` under 'rdp' or 'pld' for weights ``lam`` (>= 0); each
+        (weights, accountant) is computed once (searches and certificates revisit)."""
         lam = np.asarray(lam, dtype=np.float64)
+        key = (lam.tobytes(), accountant)
+        seen = self._epsilons.get(key)
+        if seen is None:
+            seen = self._epsilons[key] = self._epsilon(lam, accountant)
+        return seen
+
+    def _epsilon(self, lam: NDArray, accountant: str) -> float:
         mu = self._gdp(lam)
         if mu is not None:
             if accountant == "rdp":
@@ -303,7 +313,7 @@ class LCAccountant:
         if mix is None:
             return joint.epsilon(self.delta) if joint is not None else 0.0
         disc = joint.discretization if joint is not None else self.discretization
-        step = PldPair.from_pld(mixture_pld(mix, disc))
+        step = step_pld(mix, disc)
         total = step if joint is None else joint.compose(step)
         return total.epsilon(self.delta)
 
@@ -322,24 +332,6 @@ class LCAccountant:
         if q.shape[0]:
             total += float(shift.sum()) ** 2 / float(np.sum(noise**2))
         return math.sqrt(total)
-
-
-def largest_gaussian_mu(epsilon: float, delta: float, accountant: str) -> float:
-    """The largest mu whose Gaussian curve meets (epsilon, delta) under ``accountant``
-    (bisection on the monotone curve, kept on the feasible side)."""
-    lo, hi = 0.0, 1.0
-
-    def ok(mu: float) -> bool:
-        if accountant == "rdp":
-            return epsilon_any_order(lambda a: a * mu * mu / 2.0, delta) <= epsilon
-        return gaussian_epsilon(mu, delta) <= epsilon
-
-    while ok(hi):
-        lo, hi = hi, hi * 2
-    for _ in range(60):
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
-    return lo
 
 
 def fixed_queries_mu(inputs: list[LCInput], lam: NDArray) -> float:

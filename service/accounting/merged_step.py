@@ -32,17 +32,21 @@ from service.accounting.mixture import Mixture, lc_mixture
 EXACT_UP_TO = 10
 #: Grid points of the convolution: shifts rounded up to a_min / FINE_PER_SHIFT, so
 #: every A_J (a sum of |J| rounded terms) rises by at most 1 / FINE_PER_SHIFT relative.
-FINE_PER_SHIFT = 10_000
-MAX_FINE_POINTS = 1 << 21
+FINE_PER_SHIFT = 4_000
+MAX_FINE_POINTS = 1 << 20
 #: Components kept after the convolution: shifts rounded up onto a geometric grid of
-#: ratio 1 + COARSE_RATIO (a further relative rise of at most COARSE_RATIO).
+#: ratio 1 + COARSE_RATIO (a further relative rise of at most COARSE_RATIO), the ratio
+#: doubled until at most MAX_COMPONENTS remain (the step's accounting costs time in
+#: proportion to them; each doubling raises the step's epsilon by about the ratio).
 COARSE_RATIO = 5e-4
+MAX_COMPONENTS = 2048
 
 
 def merged_step_mixture(q: ArrayLike, a: ArrayLike) -> Mixture:
     """The mixture of one merged step: runs with inclusion probability q_i and shift a_i
     (in units of the merged noise std). Exact up to ``EXACT_UP_TO`` active runs; beyond,
-    a grid convolution whose shifts are all rounded up (relative rise below 6e-4)."""
+    a grid convolution whose shifts are all rounded up (relative rise below 7.5e-4 while
+    at most ``MAX_COMPONENTS`` remain, more past that)."""
     qa = np.asarray(q, dtype=np.float64)
     aa = np.asarray(a, dtype=np.float64)
     if qa.shape != aa.shape:
@@ -72,12 +76,20 @@ def merged_step_mixture(q: ArrayLike, a: ArrayLike) -> Mixture:
     support = np.nonzero(probs)[0]
     shifts = support * h + base
     weights = probs[support]
-    return _coarsen(weights, shifts)
+    ratio = COARSE_RATIO
+    mix = _coarsen(weights, shifts, ratio)
+    while mix.shifts.shape[0] > MAX_COMPONENTS:
+        ratio *= 2
+        mix = _coarsen(weights, shifts, ratio)
+    return mix
 
 
-def _coarsen(weights: np.ndarray, shifts: np.ndarray) -> Mixture:
+def _coarsen(weights: np.ndarray, shifts: np.ndarray, ratio: float) -> Mixture:
     """Round every positive shift up to the geometric grid s_0 (1 + r)^k and merge equal
-    ones; a zero shift stays zero. Mass lost to underflow joins the largest shift."""
+    ones; a zero shift stays zero. The weights are normalised, as ``lc_mixture`` does:
+    the convolution's rounding moves each by about 1e-15 relative, inside the margins
+    every bound carries (placing that mass on the largest shift instead, far out in the
+    tail, would inflate high orders of the RDP by many orders of magnitude)."""
     zero = shifts <= 0
     out_p: list[float] = []
     out_s: list[float] = []
@@ -87,7 +99,7 @@ def _coarsen(weights: np.ndarray, shifts: np.ndarray) -> Mixture:
     pos_w, pos_s = weights[~zero], shifts[~zero]
     if pos_s.shape[0]:
         s0 = float(pos_s.min())
-        log_ratio = math.log1p(COARSE_RATIO)
+        log_ratio = math.log1p(ratio)
         k = np.ceil(np.log(pos_s / s0) / log_ratio - 1e-12).astype(np.int64)
         k = np.maximum(k, 0)
         grid = s0 * np.exp(k * log_ratio)
@@ -99,8 +111,4 @@ def _coarsen(weights: np.ndarray, shifts: np.ndarray) -> Mixture:
         out_p.extend(sums[keep].tolist())
         out_s.extend(levels[keep].tolist())
     probs = np.array(out_p)
-    shift_arr = np.array(out_s)
-    lost = 1.0 - float(probs.sum())
-    if lost > 0:
-        probs[-1] += lost
-    return Mixture(probs / probs.sum(), shift_arr)
+    return Mixture(probs / probs.sum(), np.array(out_s))

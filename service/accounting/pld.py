@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 from dp_accounting.pld import pld_pmf
 from dp_accounting.pld import privacy_loss_distribution as pldlib
+from numpy.typing import NDArray
 
 from service.accounting.conversions import check_delta, check_epsilon
 
@@ -46,7 +47,8 @@ def _trim(pmf: pld_pmf.DensePLDPmf) -> pld_pmf.DensePLDPmf:
     to the infinite loss, and rounding masses up (float32, rounded toward +inf,
     to store them compactly) all keep the PMF pessimistic.
     """
-    probs = np.asarray(pmf._probs, dtype=np.float64)
+    # FFT compositions leave masses of about -1e-18 where the truth is ~0: raised to 0
+    probs = np.maximum(np.asarray(pmf._probs, dtype=np.float64), 0.0)
     if probs.size == 0:
         return pmf
     low = np.cumsum(probs)
@@ -85,7 +87,9 @@ class PmfDelta:
     """
 
     def __init__(self, pmf: pld_pmf.DensePLDPmf) -> None:
-        probs = np.asarray(pmf._probs, dtype=np.float64)
+        # FFT compositions leave masses of about -1e-18 where the truth is ~0: raised
+        # to 0 (every delta can only grow), so the suffix sums below stay >= 0
+        probs = np.maximum(np.asarray(pmf._probs, dtype=np.float64), 0.0)
         self.losses = (pmf._lower_loss + np.arange(probs.shape[0])) * pmf._discretization
         # S2 in scaled form to avoid overflow for very negative losses: p e^(top - l)
         self.top = float(self.losses[-1]) if probs.size else 0.0
@@ -94,6 +98,17 @@ class PmfDelta:
         self.s2 = np.concatenate([np.cumsum(scaled[::-1])[::-1], [0.0]])
         self.infinity = float(pmf._infinity_mass)
         self.slack = 2.0 * max(1, probs.shape[0]) * np.finfo(np.float64).eps
+
+    def many(self, epsilons: NDArray) -> NDArray:
+        """``self(eps)`` for every eps in ``epsilons``, vectorised, same margins."""
+        eps = np.asarray(epsilons, dtype=np.float64)
+        k = np.searchsorted(self.losses, eps, side="right")
+        a = self.s1[k]
+        s2 = self.s2[k]
+        with np.errstate(over="ignore", invalid="ignore"):
+            b = np.where(s2 > 0, s2 * np.exp(np.minimum(eps - self.top, 700.0)), 0.0)
+        value = np.maximum(0.0, a - b) + self.slack * (a + b)
+        return np.asarray(np.minimum(1.0, value + self.infinity))
 
     def __call__(self, epsilon: float) -> float:
         k = int(np.searchsorted(self.losses, epsilon, side="right"))
@@ -116,6 +131,12 @@ class PldPair:
     def from_pld(cls, pld: pldlib.PrivacyLossDistribution) -> PldPair:
         return cls(remove=_trim(_dense(pld._pmf_remove)), add=_trim(_dense(pld._pmf_add)))
 
+    @classmethod
+    def from_pmfs(cls, remove: pld_pmf.DensePLDPmf, add: pld_pmf.DensePLDPmf) -> PldPair:
+        """A pair from pessimistic PMFs, their negligible tails trimmed (never lowering
+        a delta)."""
+        return cls(remove=_trim(remove), add=_trim(add))
+
     def to_pld(self) -> pldlib.PrivacyLossDistribution:
         return pldlib.PrivacyLossDistribution(self.remove, self.add)
 
@@ -130,6 +151,10 @@ class PldPair:
 
     def delta_remove(self, epsilon: float) -> float:
         return self._remove_delta(epsilon)
+
+    def deltas(self, epsilons: NDArray) -> tuple[NDArray, NDArray]:
+        """(remove, add) hockey-stick upper bounds at every eps in ``epsilons``."""
+        return self._remove_delta.many(epsilons), self._add_delta.many(epsilons)
 
     def delta_add(self, epsilon: float) -> float:
         return self._add_delta(epsilon)
@@ -196,7 +221,7 @@ def _pmf_json(pmf: pld_pmf.DensePLDPmf) -> dict[str, Any]:
 
 def _pmf_from_json(data: dict[str, Any]) -> pld_pmf.DensePLDPmf:
     raw = np.frombuffer(zlib.decompress(base64.b64decode(data["probs_f32_shuffled"])), np.uint8)
-    probs = raw.reshape(4, -1).T.copy().view("<f4").ravel().astype(np.float64)
+    probs = np.maximum(raw.reshape(4, -1).T.copy().view("<f4").ravel().astype(np.float64), 0.0)
     return pld_pmf.DensePLDPmf(
         float(data["discretization"]),
         int(data["lower_loss"]),

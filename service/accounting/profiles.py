@@ -79,9 +79,20 @@ class PrivacyProfile:
     # -- queries ---------------------------------------------------------------
 
     def epsilon(self, delta: float, accountant: Accountant = "best") -> float:
-        """Smallest epsilon this profile proves at ``delta`` (inf if none)."""
+        """Smallest epsilon this profile proves at ``delta`` (inf if none); each
+        (delta, accountant) is computed once per profile object."""
         check_delta(delta)
         _check_accountant(accountant)
+        key = (float(delta), accountant)
+        if key not in self._epsilons:
+            self._epsilons[key] = self._epsilon(delta, accountant)
+        return self._epsilons[key]
+
+    @cached_property
+    def _epsilons(self) -> dict[tuple[float, str], float]:
+        return {}
+
+    def _epsilon(self, delta: float, accountant: Accountant) -> float:
         if self.non_private:
             return math.inf
         rdp_eps = self.rdp.epsilon(delta) if self.rdp is not None else math.inf
@@ -119,12 +130,11 @@ class PrivacyProfile:
             ones = np.ones_like(EPS_GRID)
             return DeltaCurves(ones, ones)
         if self.pld is not None:
-            # The vectorised sum may round differently from a scalar query: a 1e-12
-            # relative margin keeps the table above every direct evaluation.
-            remove = self.pld.remove.get_delta_for_epsilon(EPS_GRID) * (1 + 1e-12)
-            add = self.pld.add.get_delta_for_epsilon(EPS_GRID) * (1 + 1e-12)
+            # The suffix sums of ``PmfDelta`` (O(log n) per point, with their rounding
+            # margin); a further 1e-12 relative keeps the table above direct queries.
+            remove, add = self.pld.deltas(EPS_GRID)
             return DeltaCurves(
-                np.minimum(1.0, np.asarray(remove, float)), np.minimum(1.0, np.asarray(add, float))
+                np.minimum(1.0, remove * (1 + 1e-12)), np.minimum(1.0, add * (1 + 1e-12))
             )
         if self.rdp is None:
             ones = np.ones_like(EPS_GRID)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -26,6 +27,8 @@ from service.accounting.rdp import subsampled_gaussian_rdp
 #: Relative margin added to computed RDP values: the float64 log-sum-exp is
 #: exact to ~1e-12 relative; the margin keeps rounding from ever understating.
 RDP_SAFETY = 1e-9
+#: Queries of a source remembered per profile (oldest forgotten first).
+MEMO_SIZE = 256
 
 
 def safe(values: ArrayLike) -> NDArray[np.float64]:
@@ -109,13 +112,25 @@ class RdpProfile:
     source: dict[str, Any] | None = None
 
     def at(self, orders: ArrayLike) -> NDArray[np.float64]:
-        """Upper bounds on the RDP at ``orders`` (exact source where known, else chord)."""
+        """Upper bounds on the RDP at ``orders`` (exact source where known, else chord).
+        Sources are evaluated once per query (order searches and plans revisit them)."""
         query = np.atleast_1d(np.asarray(orders, dtype=np.float64))
         if self.source is not None:
-            return safe(SOURCES[self.source["kind"]](self.source, query))
+            key = query.tobytes()
+            found = self._memo.get(key)
+            if found is None:
+                found = safe(SOURCES[self.source["kind"]](self.source, query))
+                if len(self._memo) >= MEMO_SIZE:
+                    self._memo.pop(next(iter(self._memo)))
+                self._memo[key] = found
+            return found.copy()
         if query.shape == self.orders.shape and np.array_equal(query, self.orders):
             return self.epsilons.copy()
         return rdp_upper_bound(self.orders, self.epsilons, query)
+
+    @cached_property
+    def _memo(self) -> dict[bytes, NDArray[np.float64]]:
+        return {}
 
     def epsilon(self, delta: float) -> float:
         """The best epsilon over every real order, never above the table's best."""

@@ -248,3 +248,31 @@ def test_gaussian_lc_weights_with_unequal_sensitivities_are_optimal() -> None:
                 best = min(best, float(std2))
     assert plan.objective_value is not None and plan.epsilon <= target
     assert plan.objective_value <= best * 1.001
+
+
+def test_lc_supports_pruned_by_their_noise_floor_lose_nothing() -> None:
+    """Supports are searched in order of their least possible noise and skipped once that
+    floor is above the best plan: the plan is as good as searching every support."""
+    from functools import partial
+
+    from service.accounting.planning.lc import _supports, lc_candidates, released_profiles
+    from service.accounting.planning.search import search_weights
+    from service.accounting.planning.types import noise_variance
+
+    cands = [candidate(f"m{i}", sgd(0.9 + 0.15 * i, 60, q=0.05), run=f"r{i}") for i in range(6)]
+    for target in (1.2, 2.0, 3.5):
+        spec = PlanRequestSpec(target, 1e-5, "lc", "best", "noise")
+        plan = make_plan(cands, spec)
+        assert plan.epsilon <= target
+        kept, inputs, _ = lc_candidates(cands, True)
+        released = released_profiles(kept, inputs)
+        v = np.array([noise_variance(c.mechanism) for c in kept])
+        singles = {i: c.profile.epsilon(1e-5) for i, c in enumerate(kept)}
+        values = [v[i] for i, e in singles.items() if e <= target]
+        for idx in _supports(inputs, released, v, singles, spec):
+            acct = lc.LCAccountant([inputs[i] for i in idx], [released[i] for i in idx], 1e-5)
+            for acc in ("pld", "rdp"):
+                found, _, _ = search_weights(partial(acct.epsilon, accountant=acc), v[idx], target)
+                if found is not None:
+                    values.append(float(np.sum(found**2 * v[idx])))
+        assert plan.objective_value <= min(values) * (1 + 1e-9)

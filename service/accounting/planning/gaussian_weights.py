@@ -40,6 +40,9 @@ import math
 import numpy as np
 from numpy.typing import NDArray
 
+from service.accounting.mixture_pld import gaussian_epsilon
+from service.accounting.orders import epsilon_any_order
+
 #: Up to this many models every support is tried (2^n small vectorised solves).
 EXACT_SUPPORTS = 14
 
@@ -155,3 +158,21 @@ def _equal_sensitivity_point(
         return None
     s = (-b + math.sqrt(b * b - 4 * a * c)) / (2 * a)
     return np.asarray(start + min(max(s, 0.0), 1.0) * d)
+
+
+def largest_gaussian_mu(epsilon: float, delta: float, accountant: str) -> float:
+    """The largest mu whose Gaussian curve meets (epsilon, delta) under ``accountant``
+    (bisection on the monotone curve, kept on the feasible side)."""
+    lo, hi = 0.0, 1.0
+
+    def ok(mu: float) -> bool:
+        if accountant == "rdp":
+            return epsilon_any_order(lambda a: a * mu * mu / 2.0, delta) <= epsilon
+        return gaussian_epsilon(mu, delta) <= epsilon
+
+    while ok(hi):
+        lo, hi = hi, hi * 2
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    return lo

@@ -21,7 +21,10 @@ from scipy import optimize
 
 from service.accounting import linear_combination as lc
 from service.accounting.paper_lc import paper_epsilon
-from service.accounting.planning.gaussian_weights import optimal_gaussian_weights
+from service.accounting.planning.gaussian_weights import (
+    largest_gaussian_mu,
+    optimal_gaussian_weights,
+)
 from service.accounting.planning.search import inverse_variance, search_weights
 from service.accounting.planning.types import (
     Candidate,
@@ -125,7 +128,6 @@ def _best(
     v: NDArray,
     spec: PlanRequestSpec,
 ) -> tuple[Plan, list[int], NDArray]:
-    len(kept)
     best: tuple[tuple[float, float], Plan, list[int], NDArray] | None = None
     min_seen = math.inf
     singles = {}
@@ -137,12 +139,21 @@ def _best(
             plan = _plan([c], np.ones(1), eps, acc, spec, float(v[i]), "the model alone")
             plan.heuristic = c.profile.heuristic
             best = ((float(v[i]), eps), plan, [i], np.ones(1))
-    for idx in _supports(inputs, released, v, singles, spec):
+    supports = _supports(inputs, released, v, singles, spec)
+    # no weights on a support beat inverse-variance ones (the unconstrained optimum):
+    # supports in order of that floor, stopping once it is above the best plan found
+    supports.sort(key=lambda idx: _floor(v[idx]))
+    for idx in supports:
+        if best is not None and _floor(v[idx]) > best[0][0]:
+            break
         sub_v = v[idx]
         acct = lc.LCAccountant([inputs[i] for i in idx], [released[i] for i in idx], spec.delta)
         start = None
-        for acc in spec.accountants():
-            if not acct.uses_final_step:
+        for acc in _search_order(spec):
+            if start is not None and float(np.sum(start**2 * sub_v)) <= _floor(sub_v):
+                lam, eps, seen = start, acct.epsilon(start, acc), acct.epsilon(start, acc)
+                found = lam if eps <= spec.epsilon else None
+            elif not acct.uses_final_step:
                 lam = inverse_variance(sub_v)
                 eps, seen = acct.epsilon(lam, acc), acct.epsilon(lam, acc)
                 found = lam if eps <= spec.epsilon else None
@@ -166,6 +177,17 @@ def _best(
     if best is None:
         raise infeasible(spec, min_seen, "linear combination")
     return best[1], best[2], best[3]
+
+
+def _floor(v: NDArray) -> float:
+    """The least merged noise of any weights on a support: inverse-variance weights'."""
+    return float(1.0 / np.sum(1.0 / v)) * (1 + 1e-12)
+
+
+def _search_order(spec: PlanRequestSpec) -> tuple[str, ...]:
+    """PLD first where both are asked for: it is the tighter of the two for DP-SGD, and
+    when its weights are already the unconstrained optimum, RDP only certifies them."""
+    return tuple(sorted(spec.accountants(), key=lambda a: a != "pld"))
 
 
 def _supports(
@@ -244,7 +266,7 @@ def _polish_fixed_queries(
     certificate meets the target."""
     if not all(i.fixed_queries > 0 for i in acct.inputs) or lam.shape[0] < 2:
         return lam, eps
-    mu_max = lc.largest_gaussian_mu(spec.epsilon, spec.delta, accountant)
+    mu_max = largest_gaussian_mu(spec.epsilon, spec.delta, accountant)
     counts = {i.fixed_queries for i in acct.inputs}
     finals = [i.final for i in acct.inputs if i.final is not None]
     if len(counts) == 1 and len(finals) == lam.shape[0]:
