@@ -54,7 +54,7 @@ TASKS: dict[str, Any] = {
 NOUNS = {
     "plan": "the plan",
     "guarantee": "the guarantee",
-    "explorer": "the explorer's plans",
+    "explorer": "the explorer's set of plans",
     "frontier": "the frontier",
 }
 

@@ -37,8 +37,9 @@ def browser() -> Iterator[Browser]:
         b.close()
 
 
-def populate(base: str, admin_key: str) -> dict[str, str]:
-    """A dataset with three DP-SGD models, a read key, a release and a deployment."""
+def populate(base: str, admin_key: str, release: bool = True) -> dict[str, str]:
+    """A dataset with three DP-SGD models, a read key, a release and a deployment
+    (without ``release``: models and the key only)."""
     with httpx2.Client(base_url=base, timeout=120) as http:
         http.headers["Authorization"] = f"Bearer {admin_key}"
         ds = http.post(
@@ -60,6 +61,9 @@ def populate(base: str, admin_key: str) -> dict[str, str]:
             )
             assert resp.status_code == 201, resp.text
             ids.append(resp.json()["id"])
+        if not release:
+            read = http.post("/v1/keys", json={"name": "dashboard viewer", "scopes": ["read"]})
+            return {"dataset": ds, "model": ids[0], "read_key": read.json()["key"]}
         dep = http.post(
             "/v1/deployments",
             json={"name": "search-ranker", "dataset_id": ds, "epsilon": 3.0, "delta": 1e-5},
@@ -223,5 +227,35 @@ def test_explorer_polls_plans_and_frontier_computed_as_jobs(
     for name, seen in statuses.items():
         assert seen[0] == 202 and seen[-1] == 200, (name, seen)
         assert set(seen) <= {200, 202}, (name, seen)
+    assert errors == [], errors
+    context.close()
+
+
+@pytest.mark.parametrize("server", [{"RETARGET_PLAN_JOB_BUDGET_S": "0.001"}], indirect=True)
+def test_explorer_shows_why_plans_past_their_budget_failed(
+    server: tuple[str, Path], browser: Browser
+) -> None:
+    """Every plan runs past a 1 ms budget: the page says so for the plans and the chart,
+    with the problem's reason; no script error, no broken image."""
+    base, data_dir = server
+    admin_key = (data_dir / "admin-key").read_text().strip()
+    made = populate(base, admin_key, release=False)
+    context = browser.new_context(viewport={"width": 1300, "height": 900})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(f"{base}/admin/login")
+    page.fill("#key", made["read_key"])
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{base}/admin")
+    page.goto(f"{base}/admin/datasets/{made['dataset']}/explorer")
+    page.wait_for_selector("#status:has-text('could not plan')", timeout=120_000)
+    page.wait_for_selector("#frontier-status:has-text('could not draw')", timeout=120_000)
+    assert "wall-clock budget" in page.inner_text("#status")
+    assert "wall-clock budget" in page.inner_text("#frontier-status")
+    # no broken image: the chart stays hidden, without a source
+    assert not page.is_visible("#frontier")
+    assert page.get_attribute("#frontier", "src") is None
+    shoot(page, "10-explorer-over-budget")
     assert errors == [], errors
     context.close()

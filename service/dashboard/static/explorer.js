@@ -102,6 +102,11 @@
         timer = setTimeout(load, retryAfter(resp));
         return;
       }
+      if (resp.status === 429) {  // every plan process busy: ask again shortly
+        status.textContent = "the plan processes are busy; trying again…";
+        timer = setTimeout(load, retryAfter(resp));
+        return;
+      }
       if (!resp.ok) {
         const why = await reason(resp);
         if (mine === seq) status.textContent = "could not plan: " + why;
@@ -132,6 +137,11 @@
       });
       if (resp.status === 202) {
         figureStatus.textContent = await pendingText(resp, "the frontier's plans");
+        setTimeout(loadFrontier, retryAfter(resp));
+        return;
+      }
+      if (resp.status === 429) {
+        figureStatus.textContent = "the plan processes are busy; trying again…";
         setTimeout(loadFrontier, retryAfter(resp));
         return;
       }
