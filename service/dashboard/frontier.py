@@ -1,149 +1,31 @@
-"""The privacy/utility frontier of RS and LC under RDP and PLD for a dataset's models
-(the paper's Figures 1 and 3), and the plans behind the plan explorer's slider.
-
-Utility is the merged noise variance (the mean-estimation objective, lower is
-better): E_pi[v_i] for RS, sum_i lambda_i^2 v_i for LC. Each point is a real
-plan at a target; LC under PLD is drawn at the epsilon PLD proves for the
-LC-RDP plan's own weights (the same merged model, a tighter bound), which is
-one LC evaluation instead of a search. Every LC point is the sound bound (each
-run before its last step released jointly, plus one merged last step). The
-paper's per-step composition is drawn beside it, dashed and labelled: it holds
-only if gradients do not depend on hidden state, which DP-SGD does not give.
-"""
+"""The frontier chart: RS and LC under RDP and PLD, the paper's composition grey and
+dashed beside them, the input models marked (points from ``service.jobs.frontier``)."""
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
-from typing import Any
-
-import numpy as np
-
-from service.accounting.guarantees import guarantee
-from service.accounting.planning import Candidate, Plan, PlanRequestSpec, make_plan, noise_variance
 from service.dashboard.svg import Chart, Series
-from service.errors import InfeasibleTarget, Unsupported
+from service.jobs.frontier import PAPER_LABEL, Frontier
 
-PAPER_LABEL = "LC, paper's composition (holds only if gradients do not depend on hidden state)"
+STYLES = {
+    "RS, RDP": ("#1f77b4", True),
+    "RS, PLD": ("#1f77b4", False),
+    "LC, RDP": ("#d62728", True),
+    "LC, PLD (same weights)": ("#d62728", False),
+    PAPER_LABEL: ("#999999", True),
+}
 
 
-@dataclass
-class Frontier:
-    delta: float
-    inputs: list[tuple[str, float, float]]  # (model name, epsilon (best), noise variance)
-    series: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-
-    def chart(self, title: str) -> Chart:
-        styles = {
-            "RS, RDP": ("#1f77b4", True),
-            "RS, PLD": ("#1f77b4", False),
-            "LC, RDP": ("#d62728", True),
-            "LC, PLD (same weights)": ("#d62728", False),
-            PAPER_LABEL: ("#999999", True),
-        }
-        chart = Chart(title=title, x_label="epsilon", y_label="merged noise variance", log_y=True)
-        for label, pts in self.series.items():
-            color, dashed = styles[label]
-            chart.series.append(Series(label, sorted(pts), dashed=dashed, color=color))
-        chart.series.append(
-            Series(
-                "input models",
-                [(e, v) for _, e, v in self.inputs],
-                markers_only=True,
-                color="#2ca02c",
-            )
+def frontier_chart(frontier: Frontier, title: str) -> Chart:
+    chart = Chart(title=title, x_label="epsilon", y_label="merged noise variance", log_y=True)
+    for label, pts in frontier.series.items():
+        color, dashed = STYLES[label]
+        chart.series.append(Series(label, sorted(pts), dashed=dashed, color=color))
+    chart.series.append(
+        Series(
+            "input models",
+            [(e, v) for _, e, v in frontier.inputs],
+            markers_only=True,
+            color="#2ca02c",
         )
-        return chart
-
-
-def _spec(epsilon: float, delta: float, method: str, accountant: str) -> PlanRequestSpec:
-    return PlanRequestSpec(
-        epsilon=epsilon,
-        delta=delta,
-        method=method,  # type: ignore[arg-type]
-        accountant=accountant,  # type: ignore[arg-type]
-        objective="noise",
     )
-
-
-def compute_frontier(
-    candidates: list[Candidate], names: dict[str, str], delta: float, points: int = 8
-) -> Frontier:
-    scored = [(c, noise_variance(c.mechanism)) for c in candidates]
-    usable = [(c, v) for c, v in scored if v is not None and not c.profile.non_private]
-    inputs = [(names.get(c.id, c.id), c.profile.epsilon(delta, "best"), v) for c, v in usable]
-    frontier = Frontier(delta, inputs)
-    if len(usable) < len(candidates):
-        frontier.notes.append(
-            f"{len(candidates) - len(usable)} model(s) without a known noise variance left out"
-        )
-    finite = [e for _, e, _ in inputs if math.isfinite(e)]
-    if not finite:
-        return frontier
-    lo, hi = min(finite), max(finite)
-    targets = np.geomspace(lo, hi * 1.05, points) if hi > lo else np.array([lo])
-    cands = [c for c, _ in usable]
-    for t in targets:
-        for method, acc, label in (("rs", "rdp", "RS, RDP"), ("rs", "pld", "RS, PLD")):
-            plan = _try(cands, _spec(float(t), delta, method, acc))
-            if plan is not None and plan.objective_value is not None:
-                frontier.series.setdefault(label, []).append((plan.epsilon, plan.objective_value))
-        plan = _try(cands, _spec(float(t), delta, "lc", "rdp"))
-        if plan is None or plan.objective_value is None:
-            continue
-        frontier.series.setdefault("LC, RDP", []).append((plan.epsilon, plan.objective_value))
-        if plan.paper_epsilon is not None and len(plan.weights) > 1:
-            frontier.series.setdefault(PAPER_LABEL, []).append(
-                (plan.paper_epsilon, plan.objective_value)
-            )
-        chosen = [c for c in cands if c.id in plan.weights]
-        try:
-            g = guarantee(chosen, [plan.weights[c.id] for c in chosen], "lc", delta, ("pld",))
-        except Unsupported:
-            continue
-        frontier.series.setdefault("LC, PLD (same weights)", []).append(
-            (g.by_accountant["pld"], plan.objective_value)
-        )
-    return frontier
-
-
-def _try(candidates: list[Candidate], spec: PlanRequestSpec) -> Plan | None:
-    try:
-        return make_plan(candidates, spec)
-    except (InfeasibleTarget, Unsupported):
-        return None
-
-
-def explorer_plans(
-    candidates: list[Candidate], epsilon: float, delta: float, metric: str | None
-) -> dict[str, Any]:
-    """RS and LC at one target under each accountant, as JSON for the explorer. Both
-    use the noise objective, which reads the mechanisms only (``metric`` is unused: a
-    selection read from the models' metrics is bounded by their joint release)."""
-    out: dict[str, Any] = {}
-    for method in ("rs", "lc"):
-        for acc in ("rdp", "pld"):
-            spec = PlanRequestSpec(
-                epsilon=epsilon,
-                delta=delta,
-                method=method,
-                accountant=acc,
-                objective="noise",
-            )
-            try:
-                plan = make_plan(candidates, spec)
-            except (InfeasibleTarget, Unsupported) as exc:
-                out[f"{method}_{acc}"] = {"error": exc.detail, **exc.extra}
-                continue
-            out[f"{method}_{acc}"] = {
-                "epsilon": plan.epsilon,
-                "accountant": plan.accountant,
-                "objective": plan.objective,
-                "objective_value": plan.objective_value,
-                "weights": dict(sorted(plan.weights.items(), key=lambda kv: -kv[1])),
-                "bound": plan.bound,
-                "notes": plan.notes,
-                "paper_epsilon": plan.paper_epsilon,
-            }
-    return out
+    return chart

@@ -194,7 +194,10 @@ class PlanJobs:
             info.error = f"the plan ran past its wall-clock budget of {self.budget_s:g} s"
         if job.done.is_set() and job.error is None and info.result is None:
             value = job.value
-            info.result = value.model_dump(mode="json") if hasattr(value, "model_dump") else None
+            if hasattr(value, "model_dump"):
+                info.result = value.model_dump(mode="json")
+            elif isinstance(value, dict):  # the explorer's plans, JSON already
+                info.result = value
         if job.error is not None and isinstance(job.error, RetargetError):
             info.result = {"problem": type(job.error).__name__, **job.error.extra}
         return info

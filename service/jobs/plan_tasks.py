@@ -1,7 +1,8 @@
 """The pure part of a plan, as tasks a plan process runs (``plan_pool``), and that process.
 
 A task is a pure function of candidates (with their privacy profiles) and plain
-arguments: ``plan`` (``make_plan``) and ``guarantee``. The API process keeps the
+arguments: ``plan`` (``make_plan``), ``guarantee``, and the dashboard's ``explorer``
+(RS and LC at one target) and ``frontier`` (``service.jobs.frontier``). The API process keeps the
 database work (rows, profiles, the ledger) and hands a task to a plan process.
 
 What travels: the candidates without their profiles, a reference per profile, and
@@ -39,12 +40,23 @@ from typing import Any, Protocol, cast
 from service.accounting.guarantees import guarantee
 from service.accounting.planning import Candidate, make_plan
 from service.accounting.profiles import PrivacyProfile
+from service.jobs.frontier import compute_frontier, explorer_plans
 
 #: task name -> the pure function; each takes the candidates first
-TASKS: dict[str, Any] = {"plan": make_plan, "guarantee": guarantee}
+TASKS: dict[str, Any] = {
+    "plan": make_plan,
+    "guarantee": guarantee,
+    "explorer": explorer_plans,
+    "frontier": compute_frontier,
+}
 
 #: what a task computes, in error messages
-NOUNS = {"plan": "the plan", "guarantee": "the guarantee"}
+NOUNS = {
+    "plan": "the plan",
+    "guarantee": "the guarantee",
+    "explorer": "the explorer's set of plans",
+    "frontier": "the frontier",
+}
 
 PROTOCOL = pickle.HIGHEST_PROTOCOL
 

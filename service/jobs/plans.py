@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+from typing import Any
 
 from safetensors.torch import load_file
 from sqlalchemy import select
@@ -189,26 +190,46 @@ def plan_for(
 def plan_cache_key(spec: PlanRequestSpec, rows: list[Model]) -> str:
     """Everything a plan depends on: the request and each candidate's mechanism, metrics,
     lineage and signature (a plan is a pure function of these, and of the code)."""
-    payload = {
-        "spec": spec.__dict__,
-        "candidates": [
-            [
-                m.id,
-                m.mechanism_hash,
-                m.metrics,
-                m.lineage_run_id,
-                m.lineage_step,
-                bool(m.lineage_verified),
-                m.signature_hash,
-            ]
-            for m in rows
-        ],
-    }
+    payload = {"spec": spec.__dict__, "candidates": _candidates_key(rows)}
     return hashlib.sha256(canonical_json(payload).encode()).hexdigest()
+
+
+def _candidates_key(rows: list[Model]) -> list[list]:
+    return [
+        [
+            m.id,
+            m.mechanism_hash,
+            m.metrics,
+            m.lineage_run_id,
+            m.lineage_step,
+            bool(m.lineage_verified),
+            m.signature_hash,
+        ]
+        for m in rows
+    ]
 
 
 #: Recent plans in this process, by ``plan_cache_key``.
 PLAN_CACHE: Lru[str, Plan] = Lru(1024)
+
+
+def task_cache_key(task: str, dataset_id: str, args: list[Any], rows: list[Model]) -> str:
+    """The canonical key of a plan-process ``task`` (``plan_tasks.TASKS``: the explorer's
+    plans at a target, the frontier) over a dataset's models: the task, the dataset, the
+    task's arguments (target, delta, the models' names) and each model's mechanism hash
+    (which, with this process's code and discretization, fixes its profile: its profile
+    key), metrics, lineage and signature. The answer is a pure function of these."""
+    payload = {
+        "task": task,
+        "dataset": dataset_id,
+        "args": args,
+        "candidates": _candidates_key(rows),
+    }
+    return hashlib.sha256(canonical_json(payload).encode()).hexdigest()
+
+
+#: Recent answers of the dashboard's tasks in this process, by ``task_cache_key``.
+TASK_CACHE: Lru[str, Any] = Lru(256)
 
 
 def guarantee_for(

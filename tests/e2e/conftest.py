@@ -13,9 +13,12 @@ from tests.helpers import free_port, service_env, wait_healthy
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+def server(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[str, Path]]:
+    """(base URL, data folder); settings of its own through indirect parametrization
+    (a dict of RETARGET_* variables)."""
     port = free_port()
-    env = service_env(RETARGET_DATA_DIR=str(tmp_path / "data"))
+    extra = getattr(request, "param", None) or {}
+    env = service_env(RETARGET_DATA_DIR=str(tmp_path / "data"), **extra)
     proc = subprocess.Popen(
         [sys.executable, "-m", "service.cli", "serve", "--port", str(port)],
         env=env,

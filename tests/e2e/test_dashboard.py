@@ -37,8 +37,9 @@ def browser() -> Iterator[Browser]:
         b.close()
 
 
-def populate(base: str, admin_key: str) -> dict[str, str]:
-    """A dataset with three DP-SGD models, a read key, a release and a deployment."""
+def populate(base: str, admin_key: str, release: bool = True) -> dict[str, str]:
+    """A dataset with three DP-SGD models, a read key, a release and a deployment
+    (without ``release``: models and the key only)."""
     with httpx2.Client(base_url=base, timeout=120) as http:
         http.headers["Authorization"] = f"Bearer {admin_key}"
         ds = http.post(
@@ -60,6 +61,9 @@ def populate(base: str, admin_key: str) -> dict[str, str]:
             )
             assert resp.status_code == 201, resp.text
             ids.append(resp.json()["id"])
+        if not release:
+            read = http.post("/v1/keys", json={"name": "dashboard viewer", "scopes": ["read"]})
+            return {"dataset": ds, "model": ids[0], "read_key": read.json()["key"]}
         dep = http.post(
             "/v1/deployments",
             json={"name": "search-ranker", "dataset_id": ds, "epsilon": 3.0, "delta": 1e-5},
@@ -128,18 +132,21 @@ def test_dashboard_pages_and_plan_explorer(server: tuple[str, Path], browser: Br
 
     page.goto(f"{base}/admin/datasets/{made['dataset']}/explorer")
     # selectors, not wait_for_function: its predicate is eval'd, which the CSP forbids
-    page.wait_for_selector("#explorer[data-shown-epsilon]")
+    # plans past the request's budget answer 202 and the script polls: allow for it
+    page.wait_for_selector("#explorer[data-shown-epsilon]", timeout=120_000)
     first_eps = page.get_attribute("#explorer", "data-shown-epsilon")
     first = page.inner_text("#plans tbody")
     assert "RS, RDP" in first and "LC, PLD" in first
-    page.wait_for_load_state("networkidle")
+    # the frontier is fetched by the script (polled while its plans compute), then shown
+    page.wait_for_selector("#frontier[data-loaded]", timeout=120_000)
+    assert page.is_visible("#frontier")
     assert images_loaded(page)  # the frontier SVG
     shoot(page, "05-explorer")
 
     # move the slider to its far end with the keyboard, as a person would
     page.focus("#target")
     page.keyboard.press("End")
-    page.wait_for_selector(f"#explorer:not([data-shown-epsilon='{first_eps}'])")
+    page.wait_for_selector(f"#explorer:not([data-shown-epsilon='{first_eps}'])", timeout=120_000)
     moved = page.inner_text("#plans tbody")
     assert moved != first
     assert page.inner_text("#target-value") != first_eps
@@ -182,3 +189,73 @@ def test_dashboard_refuses_keys_without_read_scope(server: tuple[str, Path]) -> 
         assert "retarget_session" not in resp.headers.get("set-cookie", "")
         forged = http.get("/admin", cookies={"retarget_session": "someid.9999999999.00"})
         assert forged.status_code == 303
+
+
+@pytest.mark.parametrize("server", [{"RETARGET_PLAN_REQUEST_BUDGET_S": "0"}], indirect=True)
+def test_explorer_polls_plans_and_frontier_computed_as_jobs(
+    server: tuple[str, Path], browser: Browser
+) -> None:
+    """No plan is answered in its request: the explorer's plans and its frontier come
+    back 202 with a job link first, and the page polls until it can show them."""
+    base, data_dir = server
+    admin_key = (data_dir / "admin-key").read_text().strip()
+    made = populate(base, admin_key)
+    context = browser.new_context(viewport={"width": 1300, "height": 900})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    statuses: dict[str, list[int]] = {"plans.json": [], "frontier.svg": []}
+
+    def on_response(resp) -> None:  # type: ignore[no-untyped-def]
+        for name, seen in statuses.items():
+            if f"/{name}" in resp.url:
+                seen.append(resp.status)
+
+    page.on("response", on_response)
+    page.goto(f"{base}/admin/login")
+    page.fill("#key", made["read_key"])
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{base}/admin")
+    page.goto(f"{base}/admin/datasets/{made['dataset']}/explorer")
+    page.wait_for_selector("#explorer[data-shown-epsilon]", timeout=120_000)
+    page.wait_for_selector("#frontier[data-loaded]", timeout=120_000)
+    assert "RS, RDP" in page.inner_text("#plans tbody")
+    assert images_loaded(page)
+    assert page.inner_text("#frontier-status") == ""
+    shoot(page, "09-explorer-after-jobs")
+    for name, seen in statuses.items():
+        assert seen[0] == 202 and seen[-1] == 200, (name, seen)
+        assert set(seen) <= {200, 202}, (name, seen)
+    assert errors == [], errors
+    context.close()
+
+
+@pytest.mark.parametrize("server", [{"RETARGET_PLAN_JOB_BUDGET_S": "0.001"}], indirect=True)
+def test_explorer_shows_why_plans_past_their_budget_failed(
+    server: tuple[str, Path], browser: Browser
+) -> None:
+    """Every plan runs past a 1 ms budget: the page says so for the plans and the chart,
+    with the problem's reason; no script error, no broken image."""
+    base, data_dir = server
+    admin_key = (data_dir / "admin-key").read_text().strip()
+    made = populate(base, admin_key, release=False)
+    context = browser.new_context(viewport={"width": 1300, "height": 900})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(f"{base}/admin/login")
+    page.fill("#key", made["read_key"])
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{base}/admin")
+    page.goto(f"{base}/admin/datasets/{made['dataset']}/explorer")
+    page.wait_for_selector("#status:has-text('could not plan')", timeout=120_000)
+    page.wait_for_selector("#frontier-status:has-text('could not draw')", timeout=120_000)
+    assert "wall-clock budget" in page.inner_text("#status")
+    assert "wall-clock budget" in page.inner_text("#frontier-status")
+    # no broken image: the chart stays hidden, without a source
+    assert not page.is_visible("#frontier")
+    assert page.get_attribute("#frontier", "src") is None
+    shoot(page, "10-explorer-over-budget")
+    assert errors == [], errors
+    context.close()
