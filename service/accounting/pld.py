@@ -110,6 +110,25 @@ class PmfDelta:
         value = np.maximum(0.0, a - b) + self.slack * (a + b)
         return np.asarray(np.minimum(1.0, value + self.infinity))
 
+    def epsilon(self, delta: float) -> float:
+        """Smallest eps >= 0 with ``self(eps) <= delta``, by bisection (each query
+        O(log n), where dp_accounting walks the PMF in Python): inf when the infinite
+        loss alone has more than ``delta``; the returned eps was itself checked."""
+        if self.infinity > delta or (self.losses.size == 0 and self.infinity > delta):
+            return math.inf
+        if self(0.0) <= delta:
+            return 0.0
+        lo, hi = 0.0, max(1.0, float(self.losses[-1]) if self.losses.size else 1.0)
+        while self(hi) > delta:  # past the largest loss only the infinite loss is left
+            lo, hi = hi, 2.0 * hi
+        while hi - lo > 1e-12 * max(1.0, hi):
+            mid = 0.5 * (lo + hi)
+            if self(mid) <= delta:
+                hi = mid
+            else:
+                lo = mid
+        return hi
+
     def __call__(self, epsilon: float) -> float:
         k = int(np.searchsorted(self.losses, epsilon, side="right"))
         a = float(self.s1[k])
@@ -168,9 +187,10 @@ class PldPair:
         return PmfDelta(self.add)
 
     def epsilon(self, delta: float) -> float:
+        """Smallest epsilon (to 1e-12 relative, the feasible side) whose delta in both
+        directions, as ``PmfDelta`` bounds it, is at most ``delta``."""
         check_delta(delta)
-        eps = max(self.remove.get_epsilon_for_delta(delta), self.add.get_epsilon_for_delta(delta))
-        return max(0.0, float(eps))
+        return max(self._remove_delta.epsilon(delta), self._add_delta.epsilon(delta))
 
     def compose(self, other: PldPair) -> PldPair:
         """The composition; PLDs on different grids (each profile refines its own) are
