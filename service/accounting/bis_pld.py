@@ -66,7 +66,7 @@ from service.accounting.refine import refined_pld
 
 #: Default and largest bin width of the lognormal (on the scale of its mean, 1).
 BIN_WIDTH = 0.01
-MAX_BIN_WIDTH = 0.1
+MAX_BIN_WIDTH = 1.0
 #: Most points of the FFT of one block (past it: no PLD, the RDP curve is used).
 MAX_POINTS = 1 << 21
 #: Largest FFT done in extended precision (long double: about 3 times slower).

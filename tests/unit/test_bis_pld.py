@@ -78,8 +78,21 @@ def _quadrature(d: int, s: float, eps: float, remove: bool) -> float:
     raise ValueError(d)
 
 
-@pytest.mark.parametrize(("d", "s"), [(2, 1.0), (2, 0.8), (2, 2.0), (3, 1.0)])
-def test_single_participation_pld_is_never_below_quadrature(d: int, s: float) -> None:
+@pytest.mark.parametrize(
+    ("d", "s", "remove_tol", "add_tol"),
+    [
+        (2, 1.0, 1.01, 1.05),
+        (2, 0.8, 1.01, 1.05),
+        (2, 2.0, 1.01, 1.05),
+        (3, 1.0, 1.01, 1.05),
+        # heavy tail: the remove grid is coarse (h = 0.74) and the add one narrow (its
+        # wrapped-around mass lands at small A): sound, looser
+        (2, 0.62, 1.02, None),
+    ],
+)
+def test_single_participation_pld_is_never_below_quadrature(
+    d: int, s: float, remove_tol: float, add_tol: float | None
+) -> None:
     pair = bis_pld.bis_pld(d, 1, s, 1, 1e-4)
     assert pair is not None
     grid = np.linspace(-0.3, 6.0, 22) if d == 2 else np.array([0.3, 1.4, 2.7])
@@ -91,9 +104,9 @@ def test_single_participation_pld_is_never_below_quadrature(d: int, s: float) ->
             # tight where it matters (below, an absolute floor of about 1e-14 from the
             # tail bound and the FFT's rounding margin dominates)
             if remove and exact > 1e-8:
-                assert ours <= exact * 1.01 + 1e-12, (d, s, eps, ours, exact)
-            if not remove and exact > 1e-9:
-                assert ours <= exact * 1.05 + 1e-12, (d, s, eps, ours, exact)
+                assert ours <= exact * remove_tol + 1e-12, (d, s, eps, ours, exact)
+            if not remove and add_tol is not None and exact > 1e-9:
+                assert ours <= exact * add_tol + 1e-12, (d, s, eps, ours, exact)
 
 
 def _above_from(c: np.ndarray, b: np.ndarray, s: float) -> np.ndarray:
