@@ -29,14 +29,19 @@ Both integrands are convex in A. No published bound is used; the proof:
    g A_Y >= 1), the only place the add curve is read. The two directions may use
    different grids (the add curve needs a fine h near 0, not a wide range).
 3. PMFs. The curves are evaluated at every loss k * discretization in their range and
-   turned into dp_accounting PMFs by connect-the-dots (``mixture_pld._connect_dots``:
-   the curves are convex in g, so the chords lie above them): pessimistic.
+   turned into dp_accounting PMFs by connect-the-dots (``mixture_pld._connect_dots``):
+   the true curves are convex in g, so chords between upper bounds lie above them, and
+   a negative mass (where the bounds are not convex) raised to 0 only raises delta.
 4. k > 1 and epochs. A uniform k-subset is a mixture over permutations of one
    participation in each of k blocks of d // k or d // k + 1 steps (``bis.blocks``);
    hockey-stick divergences are jointly convex, so each curve of BIS is at most the
    largest over the permutations, and for every permutation the pair is a product
    over the blocks, i.e. the composition of one-participation pairs; epochs compose.
-   A block of one step is the Gaussian mechanism (dp_accounting's PLD).
+   A block of one step is the Gaussian mechanism (dp_accounting's PLD). Composing
+   PMFs keeps their curves above the true ones: the composed delta at eps is
+   sum_l q_l delta_p(eps - l), linear in p's curve with nonnegative weights (and the
+   same with p and q swapped), which holds for any nonnegative masses, also where the
+   rounding margins leave a total slightly above 1.
 
 Numerics: suffix sums of the curves carry a margin of 2 n ulps of their magnitudes.
 The FFT's rounding is covered by a model, not a proof (as in dp_accounting's own
@@ -70,7 +75,7 @@ MAX_BIN_WIDTH = 1.0
 #: Most points of the FFT of one block (past it: no PLD, the RDP curve is used).
 MAX_POINTS = 1 << 21
 #: Largest FFT done in extended precision (long double: about 3 times slower).
-LONG_POINTS = 1 << 21
+LONG_POINTS = 1 << 20
 #: Tail level: the remove overflow bound and the range of losses kept.
 TAIL = 1e-14
 #: Ulps per step of the FFT's rounding model (numerics, module docstring).
