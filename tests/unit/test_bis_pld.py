@@ -145,15 +145,46 @@ def _monte_carlo(
     return np.array(means), np.array(errors)
 
 
-def test_single_participation_pld_is_within_monte_carlo_at_d_100() -> None:
-    pair = bis_pld.bis_pld(100, 1, 1.0, 1, 1e-4)
+@pytest.mark.parametrize(
+    ("d", "s", "n", "remove_eps", "add_eps"),
+    [
+        (100, 1.0, 20_000, [0.1, 0.3, 0.62, 0.86, 1.2], [0.05, 0.15, 0.3]),
+        # a heavy tail on a coarse grid (h = 0.16)
+        (1000, 0.7, 3_000, [0.3, 0.58, 0.96], [0.05, 0.1]),
+    ],
+)
+def test_single_participation_pld_is_within_monte_carlo(
+    d: int, s: float, n: int, remove_eps: list[float], add_eps: list[float]
+) -> None:
+    pair = bis_pld.bis_pld(d, 1, s, 1, 1e-4)
     assert pair is not None
-    for remove, eps in ((True, [0.1, 0.3, 0.62, 0.86, 1.2]), (False, [0.05, 0.15, 0.3])):
-        mean, err = _monte_carlo(100, 1.0, np.array(eps), remove)
+    for remove, eps in ((True, remove_eps), (False, add_eps)):
+        mean, err = _monte_carlo(d, s, np.array(eps), remove, n)
         for e, m, se in zip(eps, mean, err, strict=True):
             ours = pair.delta_remove(e) if remove else pair.delta_add(e)
             assert ours >= m - 6 * se, (remove, e, ours, m, se)
             assert ours <= m * 1.01 + 6 * se, (remove, e, ours, m, se)
+
+
+def test_large_d_pld_is_within_tilted_monte_carlo() -> None:
+    """d = 10,000 (grid h = 0.033): the tails there are collective (a CLT deviation of the
+    mean), so Monte Carlo samples every x_j shifted by mu = s^2 eps toward the event
+    (mu < 0 for add) and weights by the likelihood ratio exp(-mu sum x / s^2 + d mu^2 /
+    (2 s^2)): unbiased, and efficient for a sum's tail (Siegmund 1976)."""
+    d, s, n = 10_000, 1.0, 800
+    pair = bis_pld.bis_pld(d, 1, s, 1, 1e-4)
+    assert pair is not None
+    rng = np.random.default_rng(3)
+    for e, remove in ((0.02, True), (0.037, True), (0.037, False)):
+        g = math.exp(e)
+        mu = s * s * e * (1 if remove else -1)
+        x = rng.standard_normal((n, d)) * s + mu
+        weight = np.exp(-mu * x.sum(axis=1) / s**2 + d * mu * mu / (2 * s * s))
+        a = np.exp(x / s**2 - 1 / (2 * s * s)).mean(axis=1)
+        vals = (np.maximum(a - g, 0) if remove else np.maximum(1 - g * a, 0)) * weight
+        m, se = vals.mean(), vals.std(ddof=1) / math.sqrt(n)
+        ours = pair.delta_remove(e) if remove else pair.delta_add(e)
+        assert m - 6 * se <= ours <= m * 1.01 + 6 * se, (e, remove, ours, m, se)
 
 
 def test_epsilon_is_at_most_the_package_decomposition() -> None:
