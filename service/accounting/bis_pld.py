@@ -43,13 +43,10 @@ Both integrands are convex in A. No published bound is used; the proof:
    same with p and q swapped), which holds for any nonnegative masses, also where the
    rounding margins leave a total slightly above 1.
 
-Numerics: suffix sums of the curves carry a margin of 2 n ulps of their magnitudes.
-The FFT's rounding is covered by a model, not a proof (as in dp_accounting's own
-compositions): negative outputs are raised to 0, and each curve value gets
-||err||_2 ||f||_2 (Cauchy-Schwarz), with ||err||_2 = 8 ulps (2 log2 L + d) ||masses||_2
-(the usual l2 error growth of a radix-2 FFT, log2 L ulps per transform, Higham 2002,
-section 24.1, and d ulps relative for the d-th power). The tests hold the curves
-above exact quadrature (d = 2, 3) and Monte Carlo bounds.
+Numerics: suffix sums of the curves carry a margin of 2 n ulps of their magnitudes;
+the split masses and the FFT carry a rounding margin (``bis_grid``), added to each
+curve value as ||err||_2 ||f||_2 (Cauchy-Schwarz). The tests hold the curves above
+exact quadrature (d = 2, 3) and Monte Carlo bounds.
 """
 
 from __future__ import annotations
@@ -65,6 +62,7 @@ from scipy import fft, special
 
 from service.accounting.bis import blocks, forward_rdp
 from service.accounting.bis_forward import forward_rdp_single
+from service.accounting.bis_grid import sum_law
 from service.accounting.mixture_pld import _connect_dots
 from service.accounting.pld import PldPair
 from service.accounting.refine import refined_pld
@@ -74,12 +72,8 @@ BIN_WIDTH = 0.01
 MAX_BIN_WIDTH = 1.0
 #: Most points of the FFT of one block (past it: no PLD, the RDP curve is used).
 MAX_POINTS = 1 << 21
-#: Largest FFT done in extended precision (long double: about 3 times slower).
-LONG_POINTS = 1 << 20
 #: Tail level: the remove overflow bound and the range of losses kept.
 TAIL = 1e-14
-#: Ulps per step of the FFT's rounding model (numerics, module docstring).
-FFT_ULPS = 8.0
 #: Orders for the Markov tail bound of step 2.
 _ORDERS = np.arange(2.0, 257.0)
 
@@ -96,9 +90,9 @@ class SingleCurves:
 
     values: NDArray  # A_Y at each grid point, i * h / d
     masses: NDArray  # its (sub-)probability from the FFT, negative values raised to 0
+    fft_error: float  # l2 bound on the rounding of the masses
     overflow: float  # bound on E[A_Y; A_Y >= top]
     top: float  # G = L h / d
-    fft_error: float  # l2 bound on the FFT's rounding of the masses
 
     @cached_property
     def _sums(self) -> tuple[NDArray, NDArray, NDArray, NDArray]:
@@ -200,54 +194,12 @@ def single_curves(d: int, sigma: float) -> tuple[SingleCurves, SingleCurves] | N
     if plan is None:
         return None
     (h, size, log_over), add = plan
-    remove = _law(d, sigma, h, size, math.exp(log_over))
+    remove = SingleCurves(*sum_law(d, sigma, h, size), math.exp(log_over), size * h / d)
     if add == (h, size):
         return remove, remove
     # no overflow term: the add curve is only read where g A_Y >= 1 past the grid
-    return remove, _law(d, sigma, add[0], add[1], math.inf)
-
-
-def _law(d: int, sigma: float, h: float, size: int, overflow: float) -> SingleCurves:
-    edges = h * np.arange(size + 1, dtype=np.float64)
-    with np.errstate(divide="ignore"):
-        z = sigma * np.log(edges) + 1.0 / (2.0 * sigma)
-    # bin masses and partial means from the nearer tail (no cancellation against 1)
-    cdf = _diff_cdf(z)
-    mean = _diff_cdf(z - 1.0 / sigma)
-    lo = np.maximum((edges[1:] * cdf - mean) / h, 0.0)
-    hi = np.maximum((mean - edges[:-1] * cdf) / h, 0.0)
-    step = np.zeros(size)
-    step += lo  # bin i: mass at edge i ...
-    step[1:] += hi[:-1]  # ... and at edge i + 1 (the last bin's top, W, is dropped: its
-    # mass only counts when w > W - h, and then S_Y >= W > top: the overflow bound covers it)
-    # extended precision (rounding 2048 times smaller) where affordable or where the
-    # range is wide (the rounding's share of each curve value grows with it)
-    kind = np.longdouble if size <= LONG_POINTS or size * h / d > 10.0 else np.float64
-    spectrum = fft.rfft(step.astype(kind))
-    total = fft.irfft(spectrum**d, n=size).astype(np.float64)
-    masses = np.maximum(total, 0.0)
-    # rounding model: each transform log2(L) ulps, the power d ulps, relative in l2
-    ulps = FFT_ULPS * (2.0 * math.log2(size) + d) * float(np.finfo(kind).eps)
-    error = ulps * float(np.sqrt(np.sum(masses**2)) + np.sqrt(np.sum((total - masses) ** 2)))
-    # the conversion to float64 rounds each mass by half an ulp of itself
-    error += float(np.finfo(np.float64).eps) * float(np.sqrt(np.sum(masses**2)))
-    return SingleCurves(edges[:-1] / d, masses, overflow, size * h / d, error)
-
-
-def _diff_cdf(z: NDArray) -> NDArray:
-    """Phi(z[i+1]) - Phi(z[i]), from the upper tail where z > 0."""
-    low = special.ndtr(np.minimum(z, 0.0))
-    high = special.ndtr(-np.maximum(z, 0.0))
-    # Phi(z) = low where z <= 0, 1 - high where z > 0
-    up = z > 0
-    out = np.empty(z.shape[0] - 1)
-    both_low = ~up[1:]
-    out[both_low] = low[1:][both_low] - low[:-1][both_low]
-    both_high = up[:-1]
-    out[both_high] = high[:-1][both_high] - high[1:][both_high]
-    cross = up[1:] & ~up[:-1]
-    out[cross] = (0.5 - low[:-1][cross]) + (0.5 - high[1:][cross])
-    return np.maximum(out, 0.0)
+    h, size = add
+    return remove, SingleCurves(*sum_law(d, sigma, h, size), math.inf, size * h / d)
 
 
 def _loss_range(
