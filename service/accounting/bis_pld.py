@@ -13,9 +13,8 @@ Both integrands are convex in A. No published bound is used; the proof:
    probability (a + h - w_j) / h and a + h otherwise (independently across j); on
    w_j > W let Y_j = w_j. Then E[Y_j | w] = w_j, so A_Y = (1/d) sum_j Y_j has
    E[A_Y | w] = A and, by Jensen, E f(A) <= E f(A_Y) for every convex f: both curves
-   of A_Y are upper bounds. Its law is a closed form: a bin holds mass
-   Phi(z_b) - Phi(z_a) and E[w; bin] = Phi(z_b - 1/s) - Phi(z_a - 1/s),
-   z_x = s log x + 1 / (2 s), which fix the two split masses.
+   of A_Y are upper bounds. The split masses of a bin are E[(a + h - w); bin] / h at a
+   and E[(w - a); bin] / h at a + h, integrals of the lognormal (``bis_grid``).
 2. Truncation. The grid is 0, h, ..., (L - 1) h with W = L h. The law of Y_j on it
    (Y_j < W) raised to the d-th power by one FFT of length L is the law of the sum S_Y
    on {every Y_j < W}, with the sums of W or more wrapped onto smaller ones. As
@@ -44,8 +43,8 @@ Both integrands are convex in A. No published bound is used; the proof:
    rounding margins leave a total slightly above 1.
 
 Numerics: suffix sums of the curves carry a margin of 2 n ulps of their magnitudes;
-the split masses and the FFT carry a rounding margin (``bis_grid``), added to each
-curve value as ||err||_2 ||f||_2 (Cauchy-Schwarz). The tests hold the curves above
+the split masses are rounded up and the FFT's rounding is bounded in l2 (``bis_grid``),
+added to each curve value as ||err||_2 ||f||_2 (Cauchy-Schwarz). The tests hold the curves above
 exact quadrature (d = 2, 3) and Monte Carlo bounds.
 """
 
