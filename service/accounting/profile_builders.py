@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from service.accounting import bis
+from service.accounting import bis, bis_pld
 from service.accounting.conversions import ORDERS
 from service.accounting.cost import (
     EXP_LIMIT,
@@ -21,6 +21,7 @@ from service.accounting.cost import (
     ProfileCost,
     exceeds,
     gaussian_pld_points,
+    tail_epsilon,
 )
 from service.accounting.dp_event_profile import dp_event_parts
 from service.accounting.mechanisms import (
@@ -175,21 +176,44 @@ def _bis(
     # exact D_alpha(Q||P) of this pair (numerical integration), so it is not used.
     per_epoch, certified = bis.per_epoch_rdp(d, k, sigma, ints)
     rdp_known = safe(mech.epochs * per_epoch)
+    rdp = RdpProfile(ints, rdp_known)
+    pld, width, why = bis_pld.profile_pld(
+        d,
+        k,
+        sigma,
+        mech.epochs,
+        tail_epsilon(ints, rdp_known),
+        discretization,
+        limits.max_pld_points,
+    )
+    notes = [bis.certified_note(certified, ints)]
+    if pld is None:
+        notes.insert(
+            0,
+            f"no PLD: {why}; the PLD accountant uses the privacy profile derived from RDP "
+            "(Balle et al. 2020): sound, looser",
+        )
+    else:
+        figures = ", ".join(
+            f"delta {delta:g}: PLD {pld.epsilon(delta):.6g}, RDP {rdp.epsilon(delta):.6g}"
+            for delta in (1e-5, 1e-6)
+        )
+        notes.insert(
+            0,
+            "epsilon is the smaller of the certified PLD's and the RDP curve's at each delta "
+            f"(here {figures})",
+        )
     return {
-        "rdp": RdpProfile(ints, rdp_known),
-        "pld": None,
-        "notes": [
-            "no PLD is known for balanced iteration subsampling: the PLD accountant uses the "
-            "privacy profile derived from RDP (Balle et al. 2020)",
-            bis.certified_note(certified, ints),
-        ],
+        "rdp": rdp,
+        "pld": pld,
+        "notes": notes,
         "methods": {
             "rdp": f"forward: {bis.FORWARD_METHOD}; reverse: {bis.REVERSE_METHOD}; "
             "each integer order takes the larger direction; fractional orders by the "
             "convexity chord; epochs composed",
-            "pld": "derived from RDP",
+            "pld": bis_pld.METHOD if pld is not None else "derived from RDP",
         },
-        "parameters": {"certified_by": certified},
+        "parameters": {"certified_by": certified, "discretization": width},
     }
 
 

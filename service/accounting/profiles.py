@@ -46,7 +46,7 @@ __all__ = [
 
 #: Bumped whenever what a profile holds or how it is computed changes, so a
 #: cached profile from an older format is never mistaken for a current one.
-PROFILE_FORMAT = 4
+PROFILE_FORMAT = 5
 
 Accountant = Literal["rdp", "pld", "best"]
 ACCOUNTANTS: tuple[str, ...] = ("rdp", "pld", "best")
