@@ -77,7 +77,7 @@ class Settings(BaseSettings):
         default=True, description="Run `alembic upgrade head` when the server starts."
     )
     profile_cache_bytes: int = Field(
-        default=512 * 1024**2,
+        default=2 * 1024**3,
         ge=0,
         description="Memory the profiles cached in a process may take (least recently used "
         "dropped first; with Redis every profile stays in Redis).",

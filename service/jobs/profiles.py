@@ -48,8 +48,11 @@ class ProfileStore(Protocol):
     def put(self, key: str, profile: PrivacyProfile) -> None: ...
 
 
-#: What a profile cache holds by default, in bytes (``RETARGET_PROFILE_CACHE_BYTES``).
-DEFAULT_CACHE_BYTES = 512 * 1024**2
+#: What a profile cache holds by default, in bytes (``RETARGET_PROFILE_CACHE_BYTES``):
+#: an LC plan over 64 DP-SGD models of 300 steps needs 128 profiles (each model's and
+#: its first T-1 steps') of 6-10 MB each, and a cache smaller than one plan's working
+#: set recomputes profiles on every plan.
+DEFAULT_CACHE_BYTES = 2 * 1024**3
 
 
 def profile_nbytes(profile: PrivacyProfile) -> int:
