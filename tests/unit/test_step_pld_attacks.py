@@ -29,6 +29,7 @@ from scipy import optimize, special
 
 from service.accounting import linear_combination as lc
 from service.accounting import merged_step
+from service.accounting import random_selection as rs
 from service.accounting import step_pld as step_module
 from service.accounting.mechanisms import parse_mechanism
 from service.accounting.merged_step import merged_step_mixture
@@ -400,3 +401,12 @@ def test_memos_return_fresh_values_that_callers_cannot_change() -> None:
     fresh = lc.LCAccountant(inputs, released, 1e-5)
     assert acct.epsilon(lam, "pld") == fresh.epsilon(lam.copy(), "pld") != before
     assert acct.epsilon(np.array([0.5, 0.5]), "rdp") == fresh.epsilon(np.array([0.5, 0.5]), "rdp")
+
+
+def test_a_nan_direction_never_drops_out_of_the_random_selection_bound() -> None:
+    """max(x, nan) is x in Python: a nan add curve (a cached curve of a PMF wider than
+    709 nats, from before PmfDelta's references) would have left only the remove one."""
+    pi = np.array([0.5, 0.5])
+    assert rs.rs_pld_delta(pi, np.array([1e-9, 1e-9]), np.array([np.nan, 1e-9])) == 1.0
+    assert rs.rs_pld_delta(pi, np.array([np.nan, 1e-9]), np.array([1e-9, 1e-9])) == 1.0
+    assert rs.rs_pld_delta(pi, np.array([1e-9, 3e-9]), np.array([1e-9, 1e-9])) == 2e-9
