@@ -82,31 +82,57 @@ class PmfDelta:
 
     delta(eps) = sum_{l_k > eps} p_k (1 - e^(eps - l_k)) + m_inf = S1(k*) - e^eps S2(k*) + m_inf
     with suffix sums S1 = sum p_k and S2 = sum p_k e^(-l_k) from the first loss above eps.
-    Each suffix sum of n terms carries a relative rounding error below n ulps; the margin
-    2 n ulp (S1 + e^eps S2) covers both, so the result is an upper bound on the exact sum.
+
+    S2 is kept scaled, p_k e^(r - l_k), for references r = top, top - ``_SPAN``, ...
+    down to the first within ``_SPAN`` of the bottom loss. A query uses the lowest r >= eps
+    (the top one past the top loss, where the suffix is empty): every loss of its suffix is
+    above eps, hence above r - ``_SPAN`` (or, for the lowest r, at least the bottom loss),
+    so no term of it overflows. A single reference overflowed for a PMF spanning more
+    than ~709 nats (and inf * e^(eps - top) = inf * 0 gave nan). Terms that underflow
+    only lower S2, which raises delta.
+
+    Rounding: each suffix sum of n terms carries a relative error below n ulps, and each
+    term of S2 one of about |r| + |l_k| + 2 ulps (the rounded exponent); the margin
+    2 (n + |r| + max |l| + 2) ulp (S1 + e^eps S2) covers both, so the result is an upper
+    bound on the exact sum.
     """
+
+    _SPAN = 600.0
 
     def __init__(self, pmf: pld_pmf.DensePLDPmf) -> None:
         # FFT compositions leave masses of about -1e-18 where the truth is ~0: raised
         # to 0 (every delta can only grow), so the suffix sums below stay >= 0
         probs = np.maximum(np.asarray(pmf._probs, dtype=np.float64), 0.0)
         self.losses = (pmf._lower_loss + np.arange(probs.shape[0])) * pmf._discretization
-        # S2 in scaled form to avoid overflow for very negative losses: p e^(top - l)
-        self.top = float(self.losses[-1]) if probs.size else 0.0
         self.s1 = np.concatenate([np.cumsum(probs[::-1])[::-1], [0.0]])
-        scaled = probs * np.exp(self.top - self.losses)
-        self.s2 = np.concatenate([np.cumsum(scaled[::-1])[::-1], [0.0]])
+        top = float(self.losses[-1]) if probs.size else 0.0
+        bottom = float(self.losses[0]) if probs.size else 0.0
+        count = max(1, math.ceil((top - bottom) / self._SPAN))
+        # references in increasing order: top - SPAN (count - 1), ..., top - SPAN, top
+        self.refs = top - self._SPAN * np.arange(count - 1, -1, -1, dtype=np.float64)
+        with np.errstate(over="ignore", invalid="ignore"):
+            scaled = probs[None, :] * np.exp(
+                np.minimum(self.refs[:, None] - self.losses[None, :], 700.0)
+            )
+        scaled = np.where(np.isfinite(scaled), scaled, 0.0)
+        self.s2 = np.concatenate(
+            [np.cumsum(scaled[:, ::-1], axis=1)[:, ::-1], np.zeros((count, 1))], axis=1
+        )
         self.infinity = float(pmf._infinity_mass)
-        self.slack = 2.0 * max(1, probs.shape[0]) * np.finfo(np.float64).eps
+        magnitude = max(abs(top), abs(bottom))
+        self.slack = (
+            2.0 * (max(1, probs.shape[0]) + 2.0 * magnitude + 2.0) * np.finfo(np.float64).eps
+        )
 
     def many(self, epsilons: NDArray) -> NDArray:
         """``self(eps)`` for every eps in ``epsilons``, vectorised, same margins."""
         eps = np.asarray(epsilons, dtype=np.float64)
         k = np.searchsorted(self.losses, eps, side="right")
+        m = np.minimum(np.searchsorted(self.refs, eps, side="left"), self.refs.shape[0] - 1)
         a = self.s1[k]
-        s2 = self.s2[k]
-        with np.errstate(over="ignore", invalid="ignore"):
-            b = np.where(s2 > 0, s2 * np.exp(np.minimum(eps - self.top, 700.0)), 0.0)
+        s2 = self.s2[m, k]
+        with np.errstate(over="ignore", under="ignore"):
+            b = np.where(s2 > 0, s2 * np.exp(np.minimum(eps - self.refs[m], 0.0)), 0.0)
         value = np.maximum(0.0, a - b) + self.slack * (a + b)
         return np.asarray(np.minimum(1.0, value + self.infinity))
 
@@ -130,13 +156,7 @@ class PmfDelta:
         return hi
 
     def __call__(self, epsilon: float) -> float:
-        k = int(np.searchsorted(self.losses, epsilon, side="right"))
-        a = float(self.s1[k])
-        # no loss above epsilon: both suffix sums are empty (and e^(eps - top) may overflow)
-        s2 = float(self.s2[k])
-        b = s2 * math.exp(epsilon - self.top) if s2 > 0 else 0.0
-        value = max(0.0, a - b) + self.slack * (a + b)
-        return min(1.0, value + self.infinity)
+        return float(self.many(np.array([float(epsilon)]))[0])
 
 
 @dataclass(frozen=True)

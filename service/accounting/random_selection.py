@@ -78,9 +78,12 @@ def rs_rdp_epsilon_any_order(
 
 def rs_pld_delta(pi: ArrayLike, remove: NDArray, add: NDArray) -> float:
     """Theorem 5.2: delta(eps) <= max(sum_i pi_i H(P_i||Q_i), sum_i pi_i H(Q_i||P_i)),
-    each direction summed separately before the max."""
+    each direction summed separately before the max. A direction whose sum is not a
+    number (a curve tabulated as nan) counts as 1: Python's max keeps its first argument
+    when the second is nan, which would drop that direction."""
     p = np.asarray(pi, dtype=np.float64)
-    return float(max(p @ remove, p @ add))
+    both = np.array([p @ remove, p @ add], dtype=np.float64)
+    return 1.0 if bool(np.any(np.isnan(both))) else float(both.max())
 
 
 # ---- planning ---------------------------------------------------------------------
