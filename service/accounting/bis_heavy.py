@@ -230,8 +230,8 @@ def heavy_law(d: int, sigma: float, h: float, size: int, c: float) -> HeavyLaw:
     lost0 = math.exp(float(np.min(lm1 + (d - 1) * lm - ts * w)))
     lost1 = float(
         np.min(
-            np.exp(np.minimum(np.log(d - 1.0) + lm1 + (d - 2) * lm - ts * w, 0.0)) * p
-            + np.exp(np.minimum((d - 1) * lm - ts * w, 0.0)) * q
+            np.exp(np.minimum(np.log(d - 1.0) + lm1 + (d - 2) * lm - ts * w, 700.0)) * p
+            + np.exp(np.minimum((d - 1) * lm - ts * w, 700.0)) * q
         )
     )
     two_remove = q * (d - 1) * p + 0.5 * (d - 1) * (d - 2) * p * p
