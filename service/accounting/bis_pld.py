@@ -67,7 +67,7 @@ from scipy import fft, special
 
 from service.accounting.bis import blocks, forward_rdp
 from service.accounting.bis_forward import forward_rdp_single
-from service.accounting.bis_grid import sum_law
+from service.accounting.bis_grid import power_law, split_step, sum_law
 from service.accounting.bis_heavy import ShiftedLaw, heavy_law
 from service.accounting.bis_heavy import plan as heavy_plan
 from service.accounting.mixture_pld import _connect_dots
@@ -193,8 +193,7 @@ def plan_grid(d: int, sigma: float) -> tuple[tuple[float, int, float], tuple[flo
 
 @dataclass(frozen=True)
 class HeavyCurves:
-    """Both curves of the heavy-tail construction (``bis_heavy``): the m = 0 law on the
-    grid (its overflow the lost pieces of the remove curve) plus the one-tail-draw term."""
+    """Both curves of ``bis_heavy``: the m = 0 law plus the one-tail-draw term."""
 
     body: SingleCurves
     shifted: ShiftedLaw
@@ -220,8 +219,7 @@ Curves = SingleCurves | HeavyCurves
 
 def single_curves(d: int, sigma: float) -> tuple[Curves, Curves] | None:
     """The law of A_Y (steps 1-2) for one participation in d steps on the remove and the
-    add grids; past MAX_POINTS the heavy-tail construction (``bis_heavy``); None if
-    that too is too large."""
+    add grids; past MAX_POINTS step 5; None if that too is too large."""
     if d < 2:
         raise ValueError(f"d must be at least 2, got {d}")
     if not sigma > 0:
@@ -245,7 +243,25 @@ def _heavy_curves(d: int, sigma: float) -> tuple[Curves, Curves] | None:
     law = heavy_law(d, sigma, *grid)
     body = SingleCurves(*law.body, law.remove_extra, law.top, law.reach)
     curves = HeavyCurves(body, law.shifted, d, law.add_extra)
-    return curves, curves
+    return curves, _short_add(d, sigma, grid[0]) or curves
+
+
+def _short_add(d: int, sigma: float, h: float) -> SingleCurves | None:
+    """The add curve for A up to G = 2 with no wrap-around, on a grid finer than h (None
+    if none fits): f = (1 - g A)_+ is 0 where A >= 1 / g, so for g >= 1 / G only draws
+    below C = d G matter; the split of w < C raised to the d-th power on d C / h + 1
+    points holds every sum exactly, and the draws dropped (some w_j > C) have g A > 1.
+    For small d: the heavy grid's first bin sends P(w < h)^d to an infinite add loss."""
+    z = float(special.ndtri(math.exp(math.log(1e-13) / d)))
+    fine = max(0.1 * math.exp((z - 1.0 / (2.0 * sigma)) / sigma), 2.02 * d * d / MAX_POINTS)
+    h_add = min(h, BIN_WIDTH, fine)
+    bins = math.ceil(d * 2.0 / h_add)
+    size = int(fft.next_fast_len(d * bins + 1, real=True))
+    if size > MAX_POINTS or h_add >= h:
+        return None
+    ((masses, error),) = power_law(split_step(sigma, h_add, size, bins), d)
+    values = h_add * np.arange(size, dtype=np.float64) / d
+    return SingleCurves(values, masses, error, math.inf, bins * h_add / d)
 
 
 def _loss_range(
