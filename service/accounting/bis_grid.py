@@ -36,24 +36,44 @@ def sum_law(d: int, sigma: float, h: float, size: int) -> tuple[NDArray, NDArray
     """(A_Y at the grid points i h / d, their masses, an l2 bound on the masses' rounding)
     for the sum of d split lognormals on L = ``size`` points (sums of L h or more wrap
     around, below L h: exact in real arithmetic)."""
-    edges = h * np.arange(size + 1, dtype=np.float64)
+    step = split_step(sigma, h, size, size)
+    ((masses, error),) = power_law(step, d)
+    return h * np.arange(size, dtype=np.float64) / d, masses, error
+
+
+def split_step(sigma: float, h: float, size: int, bins: int) -> NDArray:
+    """The split law of one lognormal restricted to w < ``bins`` h on ``size`` points
+    (a sub-probability; with bins = size the last bin's top, W, is dropped: its mass only
+    counts when w > W - h, and then S_Y >= W: the overflow bound covers it)."""
+    edges = h * np.arange(bins + 1, dtype=np.float64)
     lo, hi = _split(edges, sigma, h)
     step = np.zeros(size)
-    step += lo  # bin i: mass at edge i ...
-    step[1:] += hi[:-1]  # ... and at edge i + 1 (the last bin's top, W, is dropped: its
-    # mass only counts when w > W - h, and then S_Y >= W > top: the overflow bound covers it)
+    step[:bins] += lo  # bin i: mass at edge i ...
+    top = min(bins, size - 1)
+    step[1 : top + 1] += hi[:top]  # ... and at edge i + 1
+    return step
+
+
+def power_law(step: NDArray, *powers: int) -> list[tuple[NDArray, float]]:
+    """For each d of ``powers``: (the d-fold convolution of ``step`` by one FFT of its
+    length, wrapped around, with negative values raised to 0; an l2 bound on its
+    rounding)."""
+    size = step.shape[0]
     kind = _EXTENDED
     spectrum = fft.rfft(step.astype(kind))
-    total = fft.irfft(spectrum**d, n=size).astype(np.float64)
-    masses = np.maximum(total, 0.0)
-    # rounding model (numerics, module docstring), in l2
     ulp = FFT_ULPS * float(np.finfo(kind).eps)
-    norm = float(np.sqrt(np.sum(masses**2)) + np.sqrt(np.sum((total - masses) ** 2)))
     step_norm = float(np.sqrt(np.sum(step**2)))
-    error = ulp * (math.log2(size) * (d * step_norm + norm) + d * norm)
-    # the conversion to float64 rounds each mass by half an ulp of itself
-    error += float(np.finfo(np.float64).eps) * float(np.sqrt(np.sum(masses**2)))
-    return edges[:-1] / d, masses, error
+    out = []
+    for d in powers:
+        total = fft.irfft(spectrum**d, n=size).astype(np.float64)
+        masses = np.maximum(total, 0.0)
+        # rounding model (module docstring), in l2
+        norm = float(np.sqrt(np.sum(masses**2)) + np.sqrt(np.sum((total - masses) ** 2)))
+        error = ulp * (math.log2(size) * (d * step_norm + norm) + d * norm)
+        # the conversion to float64 rounds each mass by half an ulp of itself
+        error += float(np.finfo(np.float64).eps) * float(np.sqrt(np.sum(masses**2)))
+        out.append((masses, error))
+    return out
 
 
 def _split(edges: NDArray, sigma: float, h: float) -> tuple[NDArray, NDArray]:

@@ -42,6 +42,12 @@ Both integrands are convex in A. No published bound is used; the proof:
    same with p and q swapped), which holds for any nonnegative masses, also where the
    rounding margins leave a total slightly above 1.
 
+5. Heavy tails. Where the grid of steps 1-2 needs more than MAX_POINTS points (noise
+   multipliers below about 0.6-0.8: the moments of A, hence W, grow fast), the lognormal
+   is cut at C into a body on the grid and one tail draw on a geometric grid, with two
+   or more tail draws bounded by their exact moments (``bis_heavy``, with its proof);
+   only where that too is over MAX_POINTS does the profile use the RDP curve.
+
 Numerics: suffix sums of the curves carry a margin of 2 n ulps of their magnitudes;
 the split masses are rounded up and the FFT's rounding is bounded in l2 (``bis_grid``),
 added to each curve value as ||err||_2 ||f||_2 (Cauchy-Schwarz). The tests hold the curves above
@@ -61,7 +67,9 @@ from scipy import fft, special
 
 from service.accounting.bis import blocks, forward_rdp
 from service.accounting.bis_forward import forward_rdp_single
-from service.accounting.bis_grid import sum_law
+from service.accounting.bis_grid import power_law, split_step, sum_law
+from service.accounting.bis_heavy import ShiftedLaw, heavy_law
+from service.accounting.bis_heavy import plan as heavy_plan
 from service.accounting.mixture_pld import _connect_dots
 from service.accounting.pld import PldPair
 from service.accounting.refine import refined_pld
@@ -92,6 +100,7 @@ class SingleCurves:
     fft_error: float  # l2 bound on the rounding of the masses
     overflow: float  # bound on E[A_Y; A_Y >= top]
     top: float  # G = L h / d
+    reach: float = 0.0  # the remove losses are kept up to log(reach) at least
 
     @cached_property
     def _sums(self) -> tuple[NDArray, NDArray, NDArray, NDArray]:
@@ -182,16 +191,42 @@ def plan_grid(d: int, sigma: float) -> tuple[tuple[float, int, float], tuple[flo
     return remove, (h_add, int(fft.next_fast_len(math.ceil(d * top / h_add), real=True)))
 
 
-def single_curves(d: int, sigma: float) -> tuple[SingleCurves, SingleCurves] | None:
+@dataclass(frozen=True)
+class HeavyCurves:
+    """Both curves of ``bis_heavy``: the m = 0 law plus the one-tail-draw term."""
+
+    body: SingleCurves
+    shifted: ShiftedLaw
+    d: int
+    add_extra: float
+
+    values = property(lambda self: self.body.values)
+    masses = property(lambda self: self.body.masses)
+    fft_error = property(lambda self: self.body.fft_error)
+    top = property(lambda self: self.body.top)
+    reach = property(lambda self: self.body.reach)
+
+    def remove(self, eps: NDArray) -> NDArray:
+        return np.asarray(self.body.remove(eps) + self.shifted.remove(self.d, eps))
+
+    def add(self, eps: NDArray) -> NDArray:
+        total = self.body.add(eps) + self.shifted.add(self.d, eps) + self.add_extra
+        return np.minimum(1.0, total)
+
+
+Curves = SingleCurves | HeavyCurves
+
+
+def single_curves(d: int, sigma: float) -> tuple[Curves, Curves] | None:
     """The law of A_Y (steps 1-2) for one participation in d steps on the remove and the
-    add grids, or None if too large."""
+    add grids; past MAX_POINTS step 5; None if that too is too large."""
     if d < 2:
         raise ValueError(f"d must be at least 2, got {d}")
     if not sigma > 0:
         raise ValueError(f"noise multiplier must be positive, got {sigma}")
     plan = plan_grid(d, sigma)
     if plan is None:
-        return None
+        return _heavy_curves(d, sigma)
     (h, size, log_over), add = plan
     remove = SingleCurves(*sum_law(d, sigma, h, size), math.exp(log_over), size * h / d)
     if add == (h, size):
@@ -201,15 +236,43 @@ def single_curves(d: int, sigma: float) -> tuple[SingleCurves, SingleCurves] | N
     return remove, SingleCurves(*sum_law(d, sigma, h, size), math.inf, size * h / d)
 
 
+def _heavy_curves(d: int, sigma: float) -> tuple[Curves, Curves] | None:
+    grid = heavy_plan(d, sigma, BIN_WIDTH, MAX_POINTS)
+    if grid is None:
+        return None
+    law = heavy_law(d, sigma, *grid)
+    body = SingleCurves(*law.body, law.remove_extra, law.top, law.reach)
+    curves = HeavyCurves(body, law.shifted, d, law.add_extra)
+    return curves, _short_add(d, sigma, grid[0]) or curves
+
+
+def _short_add(d: int, sigma: float, h: float) -> SingleCurves | None:
+    """The add curve for A up to G = 2 with no wrap-around, on a grid finer than h (None
+    if none fits): f = (1 - g A)_+ is 0 where A >= 1 / g, so for g >= 1 / G only draws
+    below C = d G matter; the split of w < C raised to the d-th power on d C / h + 1
+    points holds every sum exactly, and the draws dropped (some w_j > C) have g A > 1.
+    For small d: the heavy grid's first bin sends P(w < h)^d to an infinite add loss."""
+    z = float(special.ndtri(math.exp(math.log(1e-13) / d)))
+    fine = max(0.1 * math.exp((z - 1.0 / (2.0 * sigma)) / sigma), 2.02 * d * d / MAX_POINTS)
+    h_add = min(h, BIN_WIDTH, fine)
+    bins = math.ceil(d * 2.0 / h_add)
+    size = int(fft.next_fast_len(d * bins + 1, real=True))
+    if size > MAX_POINTS or h_add >= h:
+        return None
+    ((masses, error),) = power_law(split_step(sigma, h_add, size, bins), d)
+    values = h_add * np.arange(size, dtype=np.float64) / d
+    return SingleCurves(values, masses, error, math.inf, bins * h_add / d)
+
+
 def _loss_range(
-    remove: SingleCurves, add: SingleCurves, disc: float
+    remove: Curves, add: Curves, disc: float
 ) -> tuple[tuple[int, int], tuple[int, int]]:
     """Grid indices of the losses kept, remove and add: where the law of A_Y leaves less
     than TAIL of the mass (of P for remove, of Q for add) beyond them. Any range is
     sound: below it the chord from (0, 1), above it the last value at the infinite loss,
     both lie above the convex curve (which is nonincreasing)."""
 
-    def ends(curves: SingleCurves, weight: bool) -> tuple[float, float]:
+    def ends(curves: Curves, weight: bool) -> tuple[float, float]:
         v = curves.values
         # masses within the FFT's rounding are noise: they do not set the range
         m = np.where(curves.masses > curves.fft_error, curves.masses, 0.0)
@@ -221,7 +284,7 @@ def _loss_range(
 
     low, high = ends(remove, True)
     r_lo = math.floor(math.log(low) / disc)
-    r_hi = max(r_lo + 1, math.ceil(math.log(high) / disc))
+    r_hi = max(r_lo + 1, math.ceil(math.log(max(high, remove.reach)) / disc))
     low, high = ends(add, False)
     a_lo = max(math.ceil(-math.log(high) / disc), math.ceil(-math.log(add.top) / disc))
     a_hi = max(a_lo + 1, math.ceil(-math.log(low) / disc))
@@ -232,7 +295,7 @@ def single_pld(
     d: int,
     sigma: float,
     discretization: float,
-    cache: dict[int, tuple[SingleCurves, SingleCurves] | None] | None = None,
+    cache: dict[int, tuple[Curves, Curves] | None] | None = None,
 ) -> pldlib.PrivacyLossDistribution | None:
     """The pessimistic PLD of one participation in d steps (None when over MAX_POINTS);
     ``cache`` keeps the law of A_Y by d across grid widths."""
@@ -314,12 +377,12 @@ def profile_pld(
     (``refine``), within ``max_points`` for the composed PMF. The composed losses lie
     within +-``tail_epsilon`` (the RDP curve's Chernoff bound) up to the truncated tails,
     and within the sum of the blocks' widths."""
-    cache: dict[int, tuple[SingleCurves, SingleCurves] | None] = {}
+    cache: dict[int, tuple[Curves, Curves] | None] = {}
     parts = _block_plds(d, k, sigma, discretization, cache)
     if parts is None:
         longest = max(size for size, _ in blocks(d, k))
         why = f"the lognormal grid of one participation in {longest} steps needs more than"
-        return None, discretization, f"{why} {MAX_POINTS} points"
+        return None, discretization, f"{why} {MAX_POINTS} points, even with its tail cut"
     linear = epochs * sum(c * _width(p) for p, c in parts)
     width = max(max(_width(p) for p, _ in parts), min(linear, 2.0 * tail_epsilon))
     if width / discretization > max_points:
