@@ -72,7 +72,8 @@ def step_pld(mix: Mixture, discretization: float) -> PldPair:
     if mix.trivial:
         return PldPair.from_pld(pldlib.identity(h))
     probs, shifts, atom = _prune(mix)
-    log_p0 = math.log(float(probs[shifts == 0].sum())) if np.any(shifts == 0) else None
+    p0 = float(probs[shifts == 0].sum())
+    log_p0 = math.log(p0) if p0 > 0 else None  # no mass at shift 0: -L unbounded below
     z = float(-special.ndtri(TAIL))
     x_lo = -z - 1.0
     x_hi = _upper_x(probs, shifts, z)

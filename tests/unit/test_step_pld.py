@@ -177,3 +177,11 @@ def test_pmf_deltas_raise_negative_masses_to_zero() -> None:
     grid = np.linspace(0, 3, 31)
     remove, _ = pair.deltas(grid)
     assert np.all(remove >= np.array([table(e) for e in grid]) * (1 - 1e-15))
+
+
+def test_a_component_of_zero_mass_changes_nothing() -> None:
+    with np.errstate(divide="ignore"):
+        padded = step_pld(Mixture(np.array([0.0, 0.5, 0.5]), np.array([0.0, 0.3, 0.6])), 1e-4)
+    plain = step_pld(Mixture(np.array([0.5, 0.5]), np.array([0.3, 0.6])), 1e-4)
+    for delta in (1e-3, 1e-6):
+        assert padded.epsilon(delta) == pytest.approx(plain.epsilon(delta), rel=1e-12)
