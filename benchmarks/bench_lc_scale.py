@@ -31,14 +31,15 @@ from service.accounting.planning import Candidate, PlanRequestSpec, make_plan
 from service.accounting.profiles import compute_profile
 
 
-def models(n: int) -> list[Candidate]:
+def models(n: int, q: float = 0.02, noise_step: float = 0.05) -> list[Candidate]:
+    """N DP-SGD models of 300 steps, noise 0.8 + noise_step * i, with their profiles."""
     out = []
     for i in range(n):
         mech = parse_mechanism(
             {
                 "type": "dp_sgd",
-                "sampling_rate": 0.02,
-                "noise_multiplier": 0.8 + 0.05 * i,
+                "sampling_rate": q,
+                "noise_multiplier": 0.8 + noise_step * i,
                 "clipping_norm": 1.0,
                 "steps": 300,
                 "learning_rate": 0.1,
@@ -93,21 +94,7 @@ def main() -> None:
 def generous(args: argparse.Namespace) -> None:
     print("N | method | cold s | warm s median (min-max) | chosen | epsilon")
     for n in args.sizes:
-        built = []
-        for i in range(n):
-            mech = parse_mechanism(
-                {
-                    "type": "dp_sgd",
-                    "sampling_rate": 0.01,
-                    "noise_multiplier": 0.8 + 0.02 * i,
-                    "clipping_norm": 1.0,
-                    "steps": 300,
-                    "learning_rate": 0.1,
-                }
-            )
-            profile = compute_profile(mech)
-            released = lc.released_profile(lc.lc_input(mech), profile)
-            built.append(Candidate(f"m{i}", mech, profile, {}, f"r{i}", None, "s", released))
+        built = models(n, q=0.01, noise_step=0.02)
         frozen = pickle.dumps(built)
         for method in ("lc", "auto", "rs"):
             cands = pickle.loads(frozen)  # as a plan process holds them: nothing memoised
