@@ -140,7 +140,7 @@ class PmfDelta:
         """Smallest eps >= 0 with ``self(eps) <= delta``, by bisection (each query
         O(log n), where dp_accounting walks the PMF in Python): inf when the infinite
         loss alone has more than ``delta``; the returned eps was itself checked."""
-        if self.infinity > delta or (self.losses.size == 0 and self.infinity > delta):
+        if self.infinity > delta:
             return math.inf
         if self(0.0) <= delta:
             return 0.0

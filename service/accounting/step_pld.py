@@ -48,6 +48,7 @@ from numpy.typing import NDArray
 from scipy import special
 
 from service.accounting.mixture import Mixture, log_m
+from service.accounting.mixture_pld import _log_tail_p
 from service.accounting.pld import PldPair
 
 #: Mass left beyond the x range in P's upper tail (to the infinite loss) and Q's lower
@@ -102,7 +103,7 @@ def _prune(mix: Mixture) -> tuple[NDArray, NDArray, float]:
 
 def _log_tail(probs: NDArray, shifts: NDArray, x: float) -> float:
     """log P(X > x), X ~ sum_k p_k N(a_k, 1), with probs as given (unnormalised)."""
-    return float(special.logsumexp(np.log(probs) + special.log_ndtr(shifts - x)))
+    return float(_log_tail_p(Mixture(probs, shifts), np.array([x]), upper=True)[0])
 
 
 def _upper_x(probs: NDArray, shifts: NDArray, z: float) -> float:

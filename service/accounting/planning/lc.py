@@ -150,13 +150,18 @@ def _best(
         acct = lc.LCAccountant([inputs[i] for i in idx], [released[i] for i in idx], spec.delta)
         start = None
         for acc in _search_order(spec):
+            # weights with nothing left to search: the previous accountant's when they are
+            # already the unconstrained optimum, or inverse-variance ones where the bound
+            # does not depend on the weights
             if start is not None and float(np.sum(start**2 * sub_v)) <= _floor(sub_v):
-                lam, eps, seen = start, acct.epsilon(start, acc), acct.epsilon(start, acc)
-                found = lam if eps <= spec.epsilon else None
+                fixed: NDArray | None = start
             elif not acct.uses_final_step:
-                lam = inverse_variance(sub_v)
-                eps, seen = acct.epsilon(lam, acc), acct.epsilon(lam, acc)
-                found = lam if eps <= spec.epsilon else None
+                fixed = inverse_variance(sub_v)
+            else:
+                fixed = None
+            if fixed is not None:
+                eps = seen = acct.epsilon(fixed, acc)
+                found = fixed if eps <= spec.epsilon else None
             else:
                 budget = 60 if acc == "rdp" else 24
                 found, eps, seen = search_weights(
