@@ -12,12 +12,12 @@ TORCH_PIN := $(shell sed -n 's/^ *"\(torch==[^"]*\)".*/\1/p' pyproject.toml)
 
 .PHONY: install install-runtime serve smoke test lint openapi clean
 
-# runtime only: what `retarget serve`, `worker` and `migrate` need
+# runtime only: what `retarget serve`, `worker` and `migrate` need (the SDK and the server extra)
 $(BIN)/.runtime: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) '$(TORCH_PIN)'
-	$(BIN)/pip install --quiet -e .
+	$(BIN)/pip install --quiet -e '.[server]'
 	touch $@
 
 # everything the tests, lint and the demo need
@@ -41,9 +41,9 @@ test: install
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 lint: install
-	$(BIN)/ruff format --check service tests benchmarks
-	$(BIN)/ruff check service tests benchmarks
-	$(BIN)/mypy service
+	$(BIN)/ruff format --check retarget service tests benchmarks
+	$(BIN)/ruff check retarget service tests benchmarks
+	$(BIN)/mypy retarget service
 	$(BIN)/lint-imports
 
 openapi: install

@@ -43,7 +43,7 @@ def service(folder: Path, **env: str) -> Iterator[tuple[str, dict[str, str]]]:
     port = free_port()
     environ = service_env(RETARGET_DATA_DIR=str(folder / "data"), **env)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "service.cli", "serve", "--port", str(port)],
+        [sys.executable, "-m", "retarget.cli", "serve", "--port", str(port)],
         env=environ,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

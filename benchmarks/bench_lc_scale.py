@@ -25,10 +25,10 @@ import time
 
 import numpy as np
 
-from service.accounting import linear_combination as lc
+from service.accounting.lc import accountant as lc
 from service.accounting.mechanisms import parse_mechanism
 from service.accounting.planning import Candidate, PlanRequestSpec, make_plan
-from service.accounting.profiles import compute_profile
+from service.accounting.profiles.profile import compute_profile
 
 
 def models(n: int, q: float = 0.02, noise_step: float = 0.05) -> list[Candidate]:

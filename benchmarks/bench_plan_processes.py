@@ -4,7 +4,7 @@
 
 In one process, no HTTP: ``--models`` DP-SGD models of distinct noise (profiles and
 their LC prefixes computed first), then for RS (accountants best and pld) and LC:
-the plan in the calling thread (``plan_tasks.in_thread``, what the service did
+the plan in the calling thread (``service.plans.tasks.in_thread``, what the service did
 before) and in a plan process (``PlanPool.run``), first cold (the thread: curves not
 yet tabulated; the process: profiles sent and tabulated there) and then
 ``--repeat`` warm runs with the target moved by 1e-9 each (the process holds the
@@ -26,10 +26,10 @@ from collections.abc import Callable
 from service.accounting.mechanisms import parse_mechanism
 from service.accounting.planning import Candidate, PlanRequestSpec
 from service.errors import ComputeLimitExceeded
-from service.jobs.plan_pool import PlanPool
-from service.jobs.plan_tasks import in_thread
-from service.jobs.plans import lc_released
-from service.jobs.profiles import MemoryProfileStore, Profiles
+from service.plans.planner import lc_released
+from service.plans.pool import PlanPool
+from service.plans.tasks import in_thread
+from service.profiles.cache import MemoryProfileStore, Profiles
 from tests.helpers import sgd
 
 

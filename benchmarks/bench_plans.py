@@ -19,11 +19,11 @@ from collections.abc import Callable
 import numpy as np
 from dp_accounting.pld import privacy_loss_distribution as pldlib
 
+from service.accounting.lc.mixture import lc_mixture, mixture_rdp, mixture_rdp_literal
+from service.accounting.lc.mixture_pld import mixture_pld
 from service.accounting.mechanisms import parse_mechanism
-from service.accounting.mixture import lc_mixture, mixture_rdp, mixture_rdp_literal
-from service.accounting.mixture_pld import mixture_pld
 from service.accounting.planning import Candidate, PlanRequestSpec, make_plan
-from service.accounting.profiles import compute_profile
+from service.accounting.profiles.profile import compute_profile
 
 
 def best_of(fn: Callable[[], object], repeat: int) -> tuple[float, object]:

@@ -22,8 +22,8 @@ from dp_accounting.rdp import rdp_privacy_accountant as dp_rdp
 
 from service.accounting.conversions import ORDERS
 from service.accounting.mechanisms import parse_mechanism
-from service.accounting.profiles import _dp_sgd_groups, compute_profile
-from service.accounting.rdp import subsampled_gaussian_rdp
+from service.accounting.profiles.profile import _dp_sgd_groups, compute_profile
+from service.accounting.rdp.gaussian import subsampled_gaussian_rdp
 
 
 def best_of(fn: Callable[[], object], repeat: int) -> tuple[float, object]:

@@ -43,7 +43,7 @@ from dp_accounting.pld import privacy_loss_distribution as pldlib
 from dp_accounting.rdp import rdp_privacy_accountant as rdplib
 
 from service.accounting.mechanisms import parse_mechanism
-from service.accounting.profiles import compute_profile
+from service.accounting.profiles.profile import compute_profile
 
 
 @dataclass(frozen=True)
@@ -266,12 +266,12 @@ def bis_valid_reference(d: int, k: int, sigma: float, epochs: int, delta: float)
     participation in d / k steps, k dividing d), with its eq. (3) form above order 40.
     Add (D_alpha(Q||P)): the package has no valid tight formula (its RDP one falls below
     quadrature; its 'direct' one is AM-GM), so ours: the certified exact divergence of
-    one participation, over the k blocks (service.accounting.bis), min with AM-GM.
+    one participation, over the k blocks (service.accounting.bis.rdp), min with AM-GM.
     """
     from random_allocation.random_allocation_scheme.direct import allocation_RDP_remove
     from random_allocation.random_allocation_scheme.RDP_DCO import allocation_RDP_DCO_remove
 
-    from service.accounting import bis
+    from service.accounting.bis import rdp as bis
 
     if d % k:
         raise ValueError(f"the package's reduction needs k | d, got d={d}, k={k}")

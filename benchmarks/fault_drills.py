@@ -72,7 +72,7 @@ class Stack:
         self.start_redis()
         self.key = migrate_and_admin_key(self.env)
         self.worker = subprocess.Popen(
-            [sys.executable, "-m", "service.cli", "worker"], env=self.env, **_quiet()
+            [sys.executable, "-m", "retarget.cli", "worker"], env=self.env, **_quiet()
         )
         self.start_api()
 
@@ -90,7 +90,7 @@ class Stack:
         started = time.monotonic()
         self.api = subprocess.Popen(
             [
-                *(sys.executable, "-m", "service.cli", "serve"),
+                *(sys.executable, "-m", "retarget.cli", "serve"),
                 *("--port", str(self.port), "--log-level", "warning"),
             ],
             env=self.env,

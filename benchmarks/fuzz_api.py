@@ -185,7 +185,7 @@ def local_service(folder: Path) -> Iterator[tuple[str, str, Path]]:
         [
             sys.executable,
             "-m",
-            "service.cli",
+            "retarget.cli",
             "serve",
             "--port",
             str(port),

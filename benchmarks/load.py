@@ -73,10 +73,10 @@ def stack(folder: Path, workers: int) -> Iterator[tuple[str, dict[str, str]]]:
     port = free_port()
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
     procs = [
-        subprocess.Popen([sys.executable, "-m", "service.cli", "worker"], env=env, **quiet),
+        subprocess.Popen([sys.executable, "-m", "retarget.cli", "worker"], env=env, **quiet),
         subprocess.Popen(
             [
-                *(sys.executable, "-m", "service.cli", "serve"),
+                *(sys.executable, "-m", "retarget.cli", "serve"),
                 *("--port", str(port), "--workers", str(workers), "--log-level", "warning"),
             ],
             env=env,

@@ -18,7 +18,7 @@ import numpy as np
 
 from service.accounting.mechanisms import parse_mechanism
 from service.accounting.planning import Candidate, PlanRequestSpec, make_plan
-from service.accounting.profiles import compute_profile
+from service.accounting.profiles.profile import compute_profile
 from service.dashboard.svg import Chart, Series, render
 from service.errors import InfeasibleTarget
 

@@ -1,3 +1,5 @@
-"""Retarget: deployment-time privacy retargeting of differentially private models."""
+"""Retarget's server: deployment-time privacy retargeting of differentially private models."""
 
-__version__ = "0.1.0"
+from retarget._version import __version__
+
+__all__ = ["__version__"]

@@ -102,7 +102,7 @@ def migrate_and_admin_key(env: dict[str, str]) -> str:
     import subprocess
     import sys
 
-    cli = [sys.executable, "-m", "service.cli"]
+    cli = [sys.executable, "-m", "retarget.cli"]
     subprocess.run([*cli, "migrate"], env=env, check=True, capture_output=True)
     out = subprocess.run(
         [*cli, "keys", "create", "--scope", "admin"],

@@ -24,6 +24,10 @@ ORDERS: NDArray[np.float64] = np.array(
 )
 
 
+#: Default width of the privacy-loss grid (PLDs). Finer is tighter and slower.
+DEFAULT_DISCRETIZATION = 1e-4
+
+
 def check_delta(delta: float) -> float:
     if not (isinstance(delta, int | float) and 0 < delta < 1):
         raise ValueError(f"delta must be in (0, 1), got {delta}")

@@ -30,11 +30,10 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from service.accounting.conversions import ORDERS
-from service.accounting.dp_events import supported, unsupported_reason
+from service.accounting.conversions import DEFAULT_DISCRETIZATION, ORDERS
 from service.accounting.mechanisms import DPSGD, DPEvent, EpsilonDelta, Mechanism, RDPCurve
+from service.accounting.mechanisms.dp_accounting_events import supported, unsupported_reason
 from service.accounting.mechanisms.dp_event import GaussianNode, LaplaceNode
-from service.accounting.pld import DEFAULT_DISCRETIZATION
 
 #: Tail mass below which dp_accounting truncates a PLD (and the Chernoff level used).
 TAIL_MASS = 1e-15
@@ -50,7 +49,7 @@ BYTES_PER_POINT = 64
 #: the point limit): as many as the groups a dp_sgd PLD composes.
 MAX_PLD_COMPOSITIONS = 64
 
-#: Most grid points a dp_sgd PLD transforms in all (``fourier_pld``: one FFT of the composed
+#: Most grid points a dp_sgd PLD transforms in all (``pld.fourier``: one FFT of the composed
 #: grid per distinct step or group, and about as many points of step PMFs): past it the
 #: distinct steps are grouped (``grouping.groups_within``) so that the work stays bounded.
 MAX_PLD_WORK = 2.2e8

@@ -17,9 +17,9 @@ import math
 import numpy as np
 from numpy.typing import NDArray
 
-from service.accounting.orders import epsilon_any_order
-from service.accounting.pld import PldPair
-from service.accounting.profiles import PrivacyProfile
+from service.accounting.pld.pair import PldPair
+from service.accounting.profiles.profile import PrivacyProfile
+from service.accounting.rdp.orders import epsilon_any_order
 
 
 def profile_identity(profile: PrivacyProfile) -> str:

@@ -35,20 +35,19 @@ from service.api.routes import (
 from service.api.routes import jobs as jobs_routes
 from service.config import Settings, get_settings
 from service.dashboard import routes as dashboard
-from service.jobs import runner
-from service.jobs.epsilons import EpsilonCache
+from service.deployments import runner
 from service.jobs.metrics import JobsCollector
-from service.jobs.plan_jobs import PlanJobs
-from service.jobs.profiles import cost_limits
-from service.jobs.queue import InProcessJobs, Jobs, RQJobs
-from service.jobs.runner import RUNNERS
-from service.jobs.store import redis_client
-from service.jobs.tasks import TASKS
+from service.jobs.queue import InProcessJobs, Jobs, RQJobs, redis_client
 from service.merging.base import configure_threads
 from service.merging.device import configure_device
+from service.plans.jobs import PlanJobs
+from service.profiles.cache import cost_limits
+from service.profiles.epsilons import EpsilonCache
+from service.profiles.source import InProcessProfiles, ProfileSource, RQProfiles
 from service.registry import repository
 from service.registry.db import make_engine, make_sessionmaker, pool_options
 from service.registry.stores import make_blob_store
+from service.tasks import RUNNERS, TASKS
 
 log = logging.getLogger(__name__)
 
@@ -82,22 +81,26 @@ def create_app(
     configure_threads(settings.torch_threads_per_merge)
     configure_device(settings.merge_device)  # small releases merge in the request
     factory = session_factory or make_sessionmaker(engine)
-    jobs: Jobs = (
-        RQJobs(redis_client(settings.redis_url), settings, tasks=TASKS)
-        if settings.redis_url
-        else InProcessJobs(
+    jobs: Jobs
+    profiles: ProfileSource
+    if settings.redis_url:
+        jobs = RQJobs(redis_client(settings.redis_url), settings, tasks=TASKS)
+        profiles = RQProfiles(jobs)
+    else:
+        jobs = InProcessJobs(background_workers=settings.callback_concurrency)
+        profiles = InProcessProfiles(
+            jobs,
             factory,
             limits=cost_limits(settings),
-            background_workers=settings.callback_concurrency,
             cache_bytes=settings.profile_cache_bytes,
         )
-    )
     ctx = AppContext(
         settings=settings,
         engine=engine,
         session_factory=factory,
         blobs=make_blob_store(settings),
         jobs=jobs,
+        profiles=profiles,
         plan_jobs=PlanJobs(
             settings.plan_job_workers,
             settings.plan_job_budget_s,

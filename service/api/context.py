@@ -13,9 +13,10 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.config import Settings
-from service.jobs.epsilons import EpsilonCache
-from service.jobs.plan_jobs import PlanJobs
 from service.jobs.queue import Jobs
+from service.plans.jobs import PlanJobs
+from service.profiles.epsilons import EpsilonCache
+from service.profiles.source import ProfileSource
 from service.registry.blobs import BlobStore
 
 KEY_CACHE_TTL_S = 5.0
@@ -60,13 +61,15 @@ class KeyCache:
 
 @dataclass
 class AppContext:
-    """What the routes share: settings, the database and the blob store."""
+    """What the routes share: settings, the database, the blob store, the job queue and
+    the privacy profiles."""
 
     settings: Settings
     engine: Engine
     session_factory: sessionmaker[Session]
     blobs: BlobStore
     jobs: Jobs
+    profiles: ProfileSource
     key_cache: KeyCache = field(default_factory=KeyCache)
     plan_jobs: PlanJobs = field(default_factory=PlanJobs)
     epsilons: EpsilonCache = field(default_factory=EpsilonCache)

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
-from service.client import RetargetClient
-from service.client.transfer import sha256_of
+from retarget.client import RetargetClient
+from retarget.client.transfer import sha256_of
 
 if TYPE_CHECKING:
     import numpy as np

@@ -1,5 +1,8 @@
 """The commands that run the service where it is: `retarget serve | worker | migrate |
-demo | openapi`, and the local `keys` (written straight into the service's database)."""
+demo | openapi`, and the local `keys` (written straight into the service's database).
+
+The server's modules are imported inside each command, after ``require_server`` has
+checked that the server's dependencies are installed (the `server` extra)."""
 
 from __future__ import annotations
 
@@ -7,13 +10,37 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from service.config import Settings
+if TYPE_CHECKING:
+    from service.config import Settings
 
 DEFAULT_OPENAPI = Path("openapi/openapi.json")
+
+#: what the server's commands import (the `server` extra brings them)
+SERVER_MODULES = ("fastapi", "uvicorn", "sqlalchemy", "alembic", "pydantic_settings", "torch")
+
+
+def require_server(command: str) -> None:
+    """Stop with one line naming the extra when the server's dependencies are missing."""
+    from importlib.util import find_spec
+
+    missing = [m for m in SERVER_MODULES if find_spec(m) is None]
+    if missing:
+        typer.echo(
+            f"retarget: `retarget {command}` needs the server ({', '.join(missing)} missing): "
+            "pip install 'retarget[server]'",
+            err=True,
+        )
+        raise typer.Exit(2)
+
+
+def _settings() -> Settings:
+    from service.config import Settings
+
+    return Settings()
 
 
 def _migrate(settings: Settings) -> None:
@@ -25,7 +52,8 @@ def _migrate(settings: Settings) -> None:
 
 def cmd_migrate() -> int:
     """Bring the database schema to the newest revision (idempotent)."""
-    settings = Settings()
+    require_server("migrate")
+    settings = _settings()
     _migrate(settings)
     print(f"schema is at the newest revision ({_redact(settings.resolved_database_url)})")
     return 0
@@ -38,9 +66,10 @@ def cmd_serve(
     workers: Annotated[int, typer.Option(help="API processes (each reads the RETARGET_* env)")] = 1,
 ) -> int:
     """Run the HTTP API (migrates first unless RETARGET_AUTO_MIGRATE=false)."""
+    require_server("serve")
     import uvicorn
 
-    settings = Settings()
+    settings = _settings()
     from service.api.app import create_app
 
     if settings.auto_migrate:
@@ -104,10 +133,11 @@ def _bootstrap_admin_key(settings: Settings) -> None:
 def local_keys_create(scopes: list[str], name: str, create: bool) -> int:
     """Create a key in the service's database; the key alone goes to stdout (once), after
     it is committed, so `retarget keys create ... | head -1` never prints a lost key."""
+    require_server("keys")
     from service.registry import keys
     from service.registry.db import make_engine, make_sessionmaker, session_scope
 
-    settings = Settings()
+    settings = _settings()
     url = settings.resolved_database_url
     missing = _missing_sqlite_file(url)
     if missing is not None and not create and not _data_place_given():
@@ -159,9 +189,11 @@ def cmd_worker(
     ] = None,
 ) -> int:
     """Run a worker (needs RETARGET_REDIS_URL): accounting jobs and release merges."""
-    from service.jobs.worker import run_worker, worker_queues
+    require_server("worker")
+    from service.jobs.worker import worker_queues
+    from service.tasks import run_worker
 
-    settings = Settings()
+    settings = _settings()
     if settings.auto_migrate:
         _migrate(settings)
     print(
@@ -180,16 +212,18 @@ def cmd_demo(
     ] = False,
 ) -> int:
     """Train DP models on digits, retarget them through the API, write a report."""
+    require_server("demo")
     try:
         from service.demo.run import main as demo_main
     except ImportError as exc:  # opacus / scikit-learn are the 'demo' extra
-        print(f"the demo needs the 'demo' extra: pip install -e '.[demo]' ({exc})")
+        print(f"the demo needs the 'demo' extra: pip install 'retarget[demo]' ({exc})")
         return 2
     return demo_main(Path(out), quick=quick)
 
 
 def openapi_document() -> dict[str, object]:
     from service.api.app import create_app
+    from service.config import Settings
 
     return create_app(Settings(database_url="sqlite://")).openapi()
 
@@ -204,6 +238,7 @@ def cmd_openapi(
     ] = str(DEFAULT_OPENAPI),
 ) -> int:
     """Write the OpenAPI document (a test fails when the committed one is stale)."""
+    require_server("openapi")
     text = render_openapi()
     if output == "-":
         sys.stdout.write(text)
@@ -233,10 +268,11 @@ def register(app: typer.Typer) -> None:
 def local_keys(revoke: str | None = None) -> list[dict[str, object]]:
     """Every key in the service's database (none of their secrets), after revoking
     ``revoke`` when given. Refuses, like ``keys create``, where there is no database."""
+    require_server("keys")
     from service.registry import keys
     from service.registry.db import make_engine, make_sessionmaker, session_scope
 
-    settings = Settings()
+    settings = _settings()
     url = settings.resolved_database_url
     missing = _missing_sqlite_file(url)
     if missing is not None:

@@ -14,9 +14,9 @@ from service.accounting.mechanisms import parse_mechanism
 from service.api.deps import AppContext, ContextDep
 from service.dashboard.auth import COOKIE, CSRF_COOKIE, CSRF_FIELD, SessionSigner, readable_key
 from service.dashboard.svg import Chart, render
+from service.deployments.callbacks import redact_url
 from service.errors import InvalidInput, ProfileFailed, ProfilesPending, Unsupported
-from service.jobs.callbacks import redact_url
-from service.jobs.queue import profiles_or_pending
+from service.profiles.source import profiles_or_pending
 from service.registry.db import session_scope
 from service.registry.keys import DOWNLOAD_SCOPE
 from service.registry.models import ApiKey, Dataset, Model
@@ -151,7 +151,7 @@ def model_epsilons(
         if m.mechanism_hash in by_hash:
             continue
         try:
-            profile, job = ctx.jobs.profile(parse_mechanism(m.mechanism))
+            profile, job = ctx.profiles.profile(parse_mechanism(m.mechanism))
         except (ProfileFailed, InvalidInput, Unsupported):
             by_hash[m.mechanism_hash] = "failed"
             continue
@@ -168,7 +168,7 @@ def model_profiles(ctx: AppContext, models: list[Model]) -> list[Any] | None:
     """The models' profiles, or None while any is still being computed."""
     try:
         return profiles_or_pending(
-            ctx.jobs, [(f"model {m.id!r}", parse_mechanism(m.mechanism)) for m in models]
+            ctx.profiles, [(f"model {m.id!r}", parse_mechanism(m.mechanism)) for m in models]
         )
     except ProfilesPending:
         return None

@@ -1,10 +1,10 @@
 """The frontier chart: RS and LC under RDP and PLD, the paper's composition grey and
-dashed beside them, the input models marked (points from ``service.jobs.frontier``)."""
+dashed beside them, the input models marked (points from ``service.plans.frontier``)."""
 
 from __future__ import annotations
 
 from service.dashboard.svg import Chart, Series
-from service.jobs.frontier import PAPER_LABEL, Frontier
+from service.plans.frontier import PAPER_LABEL, Frontier
 
 STYLES = {
     "RS, RDP": ("#1f77b4", True),

@@ -12,7 +12,7 @@ from sqlalchemy import func, select
 
 from service.accounting.conversions import ORDERS, round_up
 from service.accounting.mechanisms import parse_mechanism
-from service.accounting.profiles import PrivacyProfile
+from service.accounting.profiles.profile import PrivacyProfile
 from service.api.blob_responses import blob_response, not_modified
 from service.api.deps import AppContext, ContextDep
 from service.dashboard.common import (
@@ -27,8 +27,8 @@ from service.dashboard.common import (
 )
 from service.dashboard.svg import Chart, Series
 from service.errors import Forbidden, StorageError, Unsupported
-from service.jobs.ledger import expose
-from service.jobs.queue import profiles_or_pending
+from service.ledger.charges import expose
+from service.profiles.source import profiles_or_pending
 from service.registry import repository
 from service.registry.db import session_scope
 from service.registry.keys import DOWNLOAD_SCOPE
@@ -142,7 +142,9 @@ def model_page(request: Request, model_id: str, ctx: ContextDep, who: Viewer) ->
 def _model_profile(ctx: AppContext, model_id: str) -> PrivacyProfile:
     with session_scope(ctx.session_factory) as session:
         model = repository.get_model(session=session, model_id=model_id)
-        (profile,) = profiles_or_pending(ctx.jobs, [("model", parse_mechanism(model.mechanism))])
+        (profile,) = profiles_or_pending(
+            ctx.profiles, [("model", parse_mechanism(model.mechanism))]
+        )
     return profile
 
 
@@ -183,7 +185,7 @@ def model_weights(model_id: str, request: Request, ctx: ContextDep, who: Viewer)
                 raise StorageError(f"blob {sha} is missing from the store")
             expose(
                 session=session,
-                jobs=ctx.jobs,
+                profiles=ctx.profiles,
                 dataset_id=model.dataset_id,
                 kind="download",
                 model_ids=[model.id],

@@ -15,14 +15,15 @@ from service.dashboard.common import (
     Viewer,
     page,
 )
+from service.deployments import outbox
+from service.deployments import policies as deployment_service
 from service.errors import ProfilesPending, Unsupported
-from service.jobs import deployments as deployment_service
-from service.jobs import ledger, outbox
-from service.jobs.async_releases import ready
+from service.ledger import charges as ledger
 from service.registry import repository
 from service.registry.db import session_scope
 from service.registry.exposures import list_exposures
 from service.registry.models import Dataset, Deployment, Model, WebhookDelivery
+from service.releases.pending import ready
 
 router = APIRouter(prefix="/admin", include_in_schema=False)
 
@@ -55,7 +56,7 @@ def releases_page(request: Request, dataset_id: str, ctx: ContextDep, who: Viewe
             for i, (_, kind, item, _) in enumerate(events):
                 b = ledger.ledger_bound(
                     session=session,
-                    jobs=ctx.jobs,
+                    profiles=ctx.profiles,
                     dataset=dataset,
                     releases=[ev[3] for ev in events[: i + 1]],
                 )

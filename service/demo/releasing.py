@@ -12,8 +12,8 @@ from typing import Any
 
 from safetensors.torch import load as load_safetensors
 
-from service.client import RetargetClient as Client
-from service.client.errors import ApiError
+from retarget.client import RetargetClient as Client
+from retarget.client.errors import ApiError
 from service.demo.data import Digits, Split
 from service.demo.results import DemoOptions, DemoResult, Progress, Row
 from service.demo.train import accuracy, build

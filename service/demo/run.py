@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 from safetensors.torch import save
 
-from service.client import RetargetClient as Client
+from retarget.client import RetargetClient as Client
 from service.demo.data import Digits, Split, load_digits_splits
 from service.demo.releasing import (
     check_claims,

@@ -1,4 +1,7 @@
-"""`retarget worker`: an RQ worker on the accounting queue and the merge queue."""
+"""An RQ worker on the main queue and the merge queue, with a periodic drain.
+
+What the jobs are and what the drain queues is the application's (``service.tasks``
+builds the worker with its outbox drain); this module knows only the queues."""
 
 from __future__ import annotations
 
@@ -12,11 +15,8 @@ from typing import Any
 import redis
 from rq import Queue, Worker
 from rq.serializers import JSONSerializer
-from sqlalchemy.pool import NullPool
 
 from service.config import Settings
-from service.jobs.runner import drain
-from service.jobs.tasks import worker_context
 from service.merging.base import configure_threads
 from service.merging.device import configure_device
 
@@ -32,9 +32,9 @@ class RetargetWorker(Worker):
 
     With each heartbeat of the main process (idle: at least every
     ``outbox_interval_s``, to which the wait for a job is capped; busy: each
-    monitoring interval), the worker queues the due items of the database's outbox
-    (work recorded while the queue was down, or whose job was lost), at most once
-    per interval. The forked work horse never drains.
+    monitoring interval), the worker calls its drain (the application queues the due
+    items of the database's outbox: work recorded while the queue was down, or whose
+    job was lost), at most once per interval. The forked work horse never drains.
     """
 
     heartbeat_slack_s = 60
@@ -86,7 +86,10 @@ def worker_queues(settings: Settings, queues: list[str] | None = None) -> list[s
 
 
 def build_worker(
-    settings: Settings, name: str | None = None, queues: list[str] | None = None
+    settings: Settings,
+    drain: Callable[[], int] | None = None,
+    name: str | None = None,
+    queues: list[str] | None = None,
 ) -> RetargetWorker:
     configure_threads(settings.torch_threads_per_merge)
     names = worker_queues(settings, queues)
@@ -110,9 +113,7 @@ def build_worker(
     )
     worker.heartbeat_slack_s = settings.worker_heartbeat_slack_s
     worker.outbox_interval_s = settings.outbox_interval_s
-    # its own connections, opened per drain: none is held open when the worker forks
-    drain_context = worker_context(settings, poolclass=NullPool)
-    worker.outbox_drain = lambda: drain(drain_context)
+    worker.outbox_drain = drain
     worker.drain_pid = os.getpid()
     return worker
 
@@ -123,6 +124,7 @@ RECONNECT_DELAYS_S = (0.5, 1, 2, 5, 10)
 
 def run_worker(
     settings: Settings,
+    drain: Callable[[], int] | None = None,
     burst: bool = False,
     name: str | None = None,
     queues: list[str] | None = None,
@@ -132,7 +134,7 @@ def run_worker(
     attempt = 0
     while True:
         try:
-            worker = build_worker(settings, name, queues)
+            worker = build_worker(settings, drain, name, queues)
             worker.connection.ping()
             attempt = 0
             return bool(worker.work(burst=burst, with_scheduler=True))

@@ -2,7 +2,7 @@
 
 ``draw`` uses a fresh CSPRNG uniform; ``select`` inverts the plan's CDF at a given
 uniform, which releases use with one secret uniform per dataset (common random
-numbers, ``service.jobs.releases``): plans whose probabilities differ slightly then
+numbers, ``service.releases.retarget``): plans whose probabilities differ slightly then
 select the same model."""
 
 from __future__ import annotations

@@ -8,8 +8,10 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import Connection
 
-#: shipped inside the package, so an installed wheel migrates from any folder
-MIGRATIONS = Path(__file__).resolve().parents[1] / "migrations"
+#: the Alembic folder: inside the package in an installed wheel (mapped there at build
+#: time, see setup.py), else the top-level `migrations/` of a source checkout
+_PACKAGED = Path(__file__).resolve().parents[1] / "migrations"
+MIGRATIONS = _PACKAGED if _PACKAGED.is_dir() else Path(__file__).resolve().parents[2] / "migrations"
 
 
 def alembic_config(*, url: str | None = None, connection: Connection | None = None) -> Config:

@@ -112,7 +112,7 @@ class Model(Base):
     lineage_run_id: Mapped[str | None] = mapped_column(String(200))
     lineage_step: Mapped[int | None] = mapped_column(BigInteger)
     #: the mechanism was checked step for step against the run's verified checkpoints at
-    #: registration (service.accounting.lineage); rows from before the check stay False
+    #: registration (service.accounting.mechanisms.lineage); rows from before the check stay False
     lineage_verified: Mapped[bool] = mapped_column(
         Boolean, default=False, server_default=false(), nullable=False
     )
@@ -133,7 +133,7 @@ class Model(Base):
     architecture: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     claimed_epsilon: Mapped[float | None] = mapped_column(Float)
     claimed_delta: Mapped[float | None] = mapped_column(Float)
-    #: understated | consistent | conservative | unverifiable (service.accounting.claims)
+    #: understated | consistent | conservative | unverifiable (service.accounting.profiles.claims)
     claim_check: Mapped[str | None] = mapped_column(String(32))
     #: Our bound at the claimed delta (best accountant), unrounded.
     recomputed_epsilon: Mapped[float | None] = mapped_column(Float)
@@ -206,7 +206,7 @@ class Exposure(Base):
 
 class SelectionUniform(Base):
     """The secret uniform on [0, 1) that every random selection of a dataset inverts its
-    CDF at (common random numbers: service.jobs.releases). Drawn once with the OS
+    CDF at (common random numbers: service.releases.retarget). Drawn once with the OS
     CSPRNG; never shown."""
 
     __tablename__ = "selection_uniforms"

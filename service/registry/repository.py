@@ -16,10 +16,10 @@ from sqlalchemy import String, cast, func, select, text
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
-from service.accounting.lineage import PER_STEP_TYPES, lineage_steps, prefix_mismatch
 from service.accounting.mechanisms import (
     parse_mechanism,
 )
+from service.accounting.mechanisms.lineage import PER_STEP_TYPES, lineage_steps, prefix_mismatch
 from service.errors import Busy, Conflict, InvalidInput, NotFound
 from service.formats.checkpoints import read_signature, signature_hash
 from service.registry.blobs import BlobStore, StagedBlob
@@ -137,7 +137,7 @@ def verify_lineage(session: Session, spec: ModelSpec) -> bool:
     the model names no run). ``InvalidInput`` naming the first mismatch otherwise.
 
     The step must be given and equal the mechanism's number of steps
-    (``service.accounting.lineage.lineage_steps``); every verified checkpoint of the
+    (``service.accounting.mechanisms.lineage.lineage_steps``); every verified checkpoint of the
     run at an earlier or equal step must be a prefix of this mechanism, and this one a
     prefix of every later one. Call it under the run's lock."""
     if spec.run_id is None:

@@ -20,7 +20,7 @@ def server(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[str
     extra = getattr(request, "param", None) or {}
     env = service_env(RETARGET_DATA_DIR=str(tmp_path / "data"), **extra)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "service.cli", "serve", "--port", str(port)],
+        [sys.executable, "-m", "retarget.cli", "serve", "--port", str(port)],
         env=env,
         cwd=tmp_path,
         stdout=subprocess.PIPE,
@@ -52,7 +52,7 @@ def live_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str
         RETARGET_PLAN_REQUEST_BUDGET_S="120",
     )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "service.cli", "serve", "--port", str(port)],
+        [sys.executable, "-m", "retarget.cli", "serve", "--port", str(port)],
         env=env,
         cwd=folder,
         stdout=subprocess.DEVNULL,

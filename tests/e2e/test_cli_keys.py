@@ -10,7 +10,7 @@ from pathlib import Path
 from service.registry.db import make_engine, make_sessionmaker
 from service.registry.keys import find_key
 
-CLI = [sys.executable, "-m", "service.cli"]
+CLI = [sys.executable, "-m", "retarget.cli"]
 
 
 def _env(**extra: str) -> dict[str, str]:

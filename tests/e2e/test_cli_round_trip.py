@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 from safetensors.numpy import save_file
 
+from retarget.client.transfer import sha256_of
 from service import __version__
-from service.client.transfer import sha256_of
 from tests.helpers import service_env
 
-CLI = [sys.executable, "-m", "service.cli"]
+CLI = [sys.executable, "-m", "retarget.cli"]
 
 
 def _env(base: str, key: str) -> dict[str, str]:

@@ -34,7 +34,7 @@ def two_servers(tmp_path: Path) -> Iterator[tuple[list[str], str]]:
         RETARGET_DATABASE_URL=fresh_database("retarget_ledger_processes"),
     )
     key = migrate_and_admin_key(env)
-    cli = [sys.executable, "-m", "service.cli"]
+    cli = [sys.executable, "-m", "retarget.cli"]
     ports = [free_port(), free_port()]
     procs = [
         subprocess.Popen(

@@ -17,9 +17,9 @@ import pytest
 import torch
 from safetensors.numpy import save_file
 
-from service.client import AsyncRetargetClient, RetargetClient
-from service.client.errors import InfeasibleTarget, NotFound, RequestValidationError
-from service.client.transfer import part_of, sha256_of
+from retarget.client import AsyncRetargetClient, RetargetClient
+from retarget.client.errors import InfeasibleTarget, NotFound, RequestValidationError
+from retarget.client.transfer import part_of, sha256_of
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -124,7 +124,7 @@ def test_an_opacus_run_registered_through_the_recorder(
     from opacus import PrivacyEngine
     from torch.utils.data import DataLoader, TensorDataset
 
-    from service.integrations.opacus import OpacusRecorder, register_checkpoint
+    from retarget.opacus import OpacusRecorder, register_checkpoint
 
     torch.manual_seed(0)
     x = torch.randn(512, 10)

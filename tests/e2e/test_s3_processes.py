@@ -61,7 +61,7 @@ def two_hosts(
         key = create_key(session=session, name="tests", scopes=["admin"])[1]
     engine.dispose()
     shared["RETARGET_AUTO_MIGRATE"] = "false"
-    cli = [sys.executable, "-m", "service.cli"]
+    cli = [sys.executable, "-m", "retarget.cli"]
     data_dirs = [tmp_path / "host-a", tmp_path / "host-b"]
     ports = [free_port(), free_port()]
     quiet: dict[str, Any] = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}

@@ -14,7 +14,7 @@ from safetensors.torch import load
 
 from service.api.app import create_app
 from service.config import Settings
-from service.jobs import release_artifacts
+from service.releases import artifacts as release_artifacts
 from tests.conftest import Backend, authorize
 from tests.helpers import checkpoint_bytes, sgd, upload
 

@@ -103,8 +103,8 @@ def test_the_download_scope_is_known_to_the_api_and_the_cli(
 ) -> None:
     from typer.testing import CliRunner
 
-    from service.cli import app
-    from service.cli.keys_cmds import Scope
+    from retarget.cli import app
+    from retarget.cli.keys_cmds import Scope
 
     assert "models:download" in SCOPES
     created = client.post("/v1/keys", json={"name": "dl", "scopes": ["models:download"]})

@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 
 from service.api.app import create_app
 from service.config import Settings
-from service.jobs.signing import sign, verify
+from service.deployments.signing import sign, verify
 from service.registry.migrate import upgrade
 from tests.conftest import Backend, authorize
 from tests.helpers import checkpoint_bytes, sgd, upload

@@ -14,9 +14,9 @@ from fastapi.testclient import TestClient
 from safetensors.torch import save
 from sqlalchemy import func, select
 
-from service.accounting import linear_combination as lc
+from service.accounting.lc import accountant as lc
 from service.accounting.mechanisms import parse_mechanism
-from service.accounting.profiles import compute_profile
+from service.accounting.profiles.profile import compute_profile
 from service.api.app import create_app
 from service.api.routes import plans as plan_routes
 from service.config import Settings

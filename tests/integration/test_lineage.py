@@ -17,12 +17,12 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select, text, update
 
-from service.accounting.lineage import lineage_steps
 from service.accounting.mechanisms import parse_mechanism
+from service.accounting.mechanisms.lineage import lineage_steps
 from service.api.routes.plans import RECENT as RECENT_PLANS
 from service.config import Settings
 from service.errors import Conflict, InvalidInput
-from service.jobs.ledger import representatives
+from service.ledger.charges import representatives
 from service.registry import repository
 from service.registry.blobs import LocalBlobStore
 from service.registry.db import make_engine, make_sessionmaker

@@ -17,9 +17,9 @@ from safetensors.torch import load
 
 from service.api.app import create_app
 from service.config import Settings
-from service.jobs import release_artifacts
-from service.jobs.merge_jobs import run_merge
 from service.jobs.worker import build_worker, worker_queues
+from service.releases import artifacts as release_artifacts
+from service.releases.merge_jobs import run_merge
 from tests.conftest import authorize
 from tests.helpers import checkpoint_bytes, sgd, upload
 from tests.integration.test_worker import REDIS_URL

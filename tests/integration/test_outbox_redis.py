@@ -23,13 +23,11 @@ from sqlalchemy import update
 
 from service.api.app import create_app
 from service.config import Settings
+from service.deployments.signing import sign
 from service.errors import StorageError
-from service.jobs.queue import RQJobs
-from service.jobs.signing import sign
-from service.jobs.store import redis_client
-from service.jobs.tasks import TASKS
-from service.jobs.worker import build_worker
+from service.jobs.queue import RQJobs, redis_client
 from service.registry.models import OutboxItem
+from service.tasks import TASKS, build_worker
 from tests.conftest import authorize
 from tests.helpers import checkpoint_bytes, free_port, upload
 
@@ -190,7 +188,7 @@ def test_an_idle_worker_drains_work_left_in_the_outbox(
         change = {"deployment": "idle", "epsilon": 4.0, "delta": 1e-5}
         assert deliver(c, change, "idle-1").json()["job"]["status"] == "queued"
         worker = subprocess.Popen(
-            [sys.executable, "-m", "service.cli", "worker", "--name", "drainer"],
+            [sys.executable, "-m", "retarget.cli", "worker", "--name", "drainer"],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,

@@ -14,10 +14,10 @@ import pytest
 from service.accounting.mechanisms import parse_mechanism
 from service.accounting.planning import Candidate, PlanRequestSpec
 from service.errors import Busy, InfeasibleTarget
-from service.jobs.plan_pool import PlanPool
-from service.jobs.plan_tasks import in_thread, profile_ref
-from service.jobs.plans import lc_released
-from service.jobs.profiles import MemoryProfileStore, Profiles
+from service.plans.planner import lc_released
+from service.plans.pool import PlanPool
+from service.plans.tasks import in_thread, profile_ref
+from service.profiles.cache import MemoryProfileStore, Profiles
 from tests.helpers import sgd
 
 PROFILES = Profiles(MemoryProfileStore())

@@ -14,8 +14,8 @@ from fastapi.testclient import TestClient
 from service.accounting.mechanisms import parse_mechanism
 from service.api.app import create_app
 from service.config import Settings
-from service.jobs.plan_pool import PlanPool
-from service.jobs.plans import lc_released
+from service.plans.planner import lc_released
+from service.plans.pool import PlanPool
 from tests.conftest import authorize
 from tests.helpers import checkpoint_bytes, sgd, upload
 
@@ -69,13 +69,13 @@ def dataset_of(client: TestClient, mechanisms: list[dict], name: str = "d") -> s
         meta = {"dataset_id": dataset, "name": f"m{i}", "mechanism": mechanism}
         resp = upload(client, checkpoint_bytes(seed=i), json.dumps(meta))
         assert resp.status_code == 201, resp.text[:300]
-    jobs = client.app.state.ctx.jobs  # type: ignore[attr-defined]
+    profiles = client.app.state.ctx.profiles  # type: ignore[attr-defined]
     for mechanism in {json.dumps(m, sort_keys=True) for m in mechanisms}:
         parsed = parse_mechanism(json.loads(mechanism))
-        jobs.profile(parsed)  # computed here, so the plan's budget goes to the plan
+        profiles.profile(parsed)  # computed here, so the plan's budget goes to the plan
         released = lc_released(parsed)
         if released is not None:
-            jobs.profile(released)
+            profiles.profile(released)
     return dataset
 
 

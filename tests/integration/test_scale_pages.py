@@ -15,10 +15,10 @@ from fastapi.testclient import TestClient
 
 from service.accounting.conversions import round_up
 from service.accounting.mechanisms import mechanism_hash, parse_mechanism
-from service.accounting.profiles import compute_profile
+from service.accounting.profiles.profile import compute_profile
 from service.dashboard.auth import COOKIE
 from service.errors import ProfileFailed
-from service.jobs.epsilons import EpsilonCache, _keys
+from service.profiles.epsilons import EpsilonCache, _keys
 from tests.helpers import checkpoint_bytes, sgd, upload
 
 REDIS_URL = os.environ.get("RETARGET_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
@@ -76,14 +76,14 @@ def test_a_failed_profile_hides_no_other_model(
     ds, _ = filled
     ctx = client.app.state.ctx  # type: ignore[attr-defined]
     bad = mechanism_hash(parse_mechanism(MECHS[1]))
-    real = ctx.jobs.profile
+    real = ctx.profiles.profile
 
     def profile(mechanism):  # type: ignore[no-untyped-def]
         if mechanism_hash(mechanism) == bad:
             raise ProfileFailed("the profile is too costly")
         return real(mechanism)
 
-    monkeypatch.setattr(ctx.jobs, "profile", profile)
+    monkeypatch.setattr(ctx.profiles, "profile", profile)
     page = client.get(f"/admin/datasets/{ds}")
     assert page.status_code == 200
     assert page.text.count("profile failed") == 2  # models 1 and 3

@@ -22,12 +22,12 @@ from fastapi.testclient import TestClient
 
 from service.accounting.mechanisms import parse_mechanism
 from service.accounting.planning import PlanRequestSpec
-from service.accounting.profiles import compute_profile
+from service.accounting.profiles.profile import compute_profile
 from service.api.app import create_app
 from service.config import Settings
 from service.errors import BudgetExceeded
-from service.jobs import releases as release_service
 from service.registry.db import session_scope
+from service.releases import retarget as release_service
 from tests.conftest import authorize
 from tests.helpers import sgd
 from tests.integration.test_releases import add_model
@@ -66,7 +66,7 @@ def test_two_sqlite_releases_racing_for_the_last_budget_cannot_both_pass(
     def release(session, model_id: str):  # type: ignore[no-untyped-def]
         return release_service.retarget(
             session=session,
-            jobs=ctx.jobs,
+            profiles=ctx.profiles,
             blobs=ctx.blobs,
             dataset_id=ds,
             model_ids=[model_id],

@@ -24,11 +24,11 @@ from sqlalchemy import select
 
 from service.api.app import create_app
 from service.config import Settings
+from service.deployments import callbacks, outbox
+from service.deployments.policies import change_policy
+from service.deployments.runner import run_outbox
+from service.deployments.signing import sign
 from service.errors import StorageError
-from service.jobs import callbacks, outbox
-from service.jobs.deployments import change_policy
-from service.jobs.runner import run_outbox
-from service.jobs.signing import sign
 from service.registry.migrate import upgrade
 from service.registry.models import OutboxItem, WebhookDelivery
 from tests.conftest import Backend, authorize
@@ -201,7 +201,7 @@ def test_the_same_work_run_twice_or_late_changes_the_policy_once(
     with pytest.raises(outbox.Superseded):
         change_policy(
             session_factory=ctx.session_factory,
-            jobs=ctx.jobs,
+            profiles=ctx.profiles,
             blobs=ctx.blobs,
             name="prod",
             epsilon=4.0,

@@ -27,12 +27,13 @@ from rq.serializers import JSONSerializer
 
 from service.accounting.conversions import round_up
 from service.accounting.mechanisms import parse_mechanism
-from service.accounting.profiles import compute_profile
+from service.accounting.profiles.profile import compute_profile
 from service.api.app import create_app
 from service.config import Settings
 from service.jobs.metrics import RedisCounters
-from service.jobs.queue import RQJobs
-from service.jobs.store import redis_client
+from service.jobs.queue import RQJobs, redis_client
+from service.profiles.source import RQProfiles
+from service.tasks import TASKS
 from tests.conftest import authorize
 from tests.helpers import checkpoint_bytes, upload
 
@@ -153,14 +154,15 @@ def test_a_job_that_keeps_failing_ends_failed_with_its_error(
     env: Settings, rclient: redis.Redis
 ) -> None:
     settings = env.model_copy(update={"job_retries": 0})
-    jobs = RQJobs(redis_client(REDIS_URL), settings, discretization=0.5)  # out of range
+    jobs = RQJobs(redis_client(REDIS_URL), settings, tasks=TASKS)
+    profiles = RQProfiles(jobs, discretization=0.5)  # out of range
     mech = parse_mechanism(SGD)
-    profile, job = jobs.profile(mech)
+    profile, job = profiles.profile(mech)
     assert profile is None and job is not None
     run_worker(settings)
     info = jobs.get(job.id)
     assert info.status == "failed" and "discretization" in (info.error or "")
-    _, again = jobs.profile(mech)  # not re-enqueued while the failure stands
+    _, again = profiles.profile(mech)  # not re-enqueued while the failure stands
     assert again is not None and again.id == job.id and again.status == "failed"
     assert Queue(settings.queue_name, connection=rclient).count == 0
     assert RedisCounters(rclient).values()["jobs_failed"] == 1
@@ -174,7 +176,7 @@ def _worker_process(env: Settings, name: str) -> subprocess.Popen:
         "RETARGET_WORKER_MAINTENANCE_INTERVAL_S": "1",
     }
     return subprocess.Popen(
-        [sys.executable, "-m", "service.cli", "worker", "--name", name],
+        [sys.executable, "-m", "retarget.cli", "worker", "--name", name],
         env=environ,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -201,8 +203,9 @@ def test_a_job_whose_worker_is_killed_completes_on_another_worker(
             "clipping_norm": 1.0,
         },
     }
-    jobs = RQJobs(redis_client(REDIS_URL), env)
-    _, job = jobs.profile(parse_mechanism(slow))
+    jobs = RQJobs(redis_client(REDIS_URL), env, tasks=TASKS)
+    profiles = RQProfiles(jobs)
+    _, job = profiles.profile(parse_mechanism(slow))
     assert job is not None
     first = _worker_process(env, "worker-a")
     second = None
@@ -220,7 +223,7 @@ def test_a_job_whose_worker_is_killed_completes_on_another_worker(
     done = Job.fetch(job.id, connection=rclient, serializer=JSONSerializer)
     assert done.worker_name == "worker-b"
     assert RedisCounters(rclient).values()["profile_computations"] == 1
-    assert jobs.profile(parse_mechanism(slow))[0] is not None
+    assert profiles.profile(parse_mechanism(slow))[0] is not None
 
 
 def kill_tree(pid: int) -> None:
@@ -334,7 +337,7 @@ def test_plans_wait_for_profiles_then_answer(
 def test_a_signed_webhook_is_applied_by_the_worker(
     client: TestClient, env: Settings, rclient: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from service.jobs.signing import sign
+    from service.deployments.signing import sign
 
     secret = "worker-webhook-secret"
     monkeypatch.setenv("RETARGET_WEBHOOK_SECRETS", json.dumps({"default": secret}))

@@ -10,11 +10,11 @@ from dp_accounting.rdp import rdp_privacy_accountant as dp_rdp
 from opacus.accountants.analysis.rdp import compute_rdp as opacus_rdp
 from prv_accountant import PoissonSubsampledGaussianMechanism, PRVAccountant
 
-from service.accounting import bis
+from service.accounting.bis import rdp as bis
 from service.accounting.conversions import ORDERS, eps_from_rdp, eps_from_rdp_classic
 from service.accounting.mechanisms import parse_mechanism
-from service.accounting.profiles import compute_profile, rdp_upper_bound
-from service.accounting.rdp import subsampled_gaussian_rdp
+from service.accounting.profiles.profile import compute_profile, rdp_upper_bound
+from service.accounting.rdp.gaussian import subsampled_gaussian_rdp
 from tests.helpers import sgd
 from tests.oracles import (
     bis_divergences_gauss_hermite,

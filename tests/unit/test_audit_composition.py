@@ -16,8 +16,8 @@ from scipy import optimize, stats
 
 from service.accounting.joint_release import joint_release_epsilon
 from service.accounting.mechanisms import parse_mechanism
-from service.accounting.profile_builders import _pessimistic_groups
-from service.accounting.profiles import compute_profile
+from service.accounting.profiles.builders import _pessimistic_groups
+from service.accounting.profiles.profile import compute_profile
 
 
 def _sgd_pld(q: float, sigma: float, count: int, pessimistic: bool, width: float):
@@ -113,8 +113,8 @@ def test_a_pld_regridded_coarser_never_lowers_a_delta() -> None:
 
 
 def test_cached_epsilons_are_kept_apart_by_accountant_delta_and_multiset() -> None:
-    from service.jobs.epsilons import EpsilonCache
-    from service.jobs.ledger import joint_bound
+    from service.ledger.charges import joint_bound
+    from service.profiles.epsilons import EpsilonCache
 
     cache = EpsilonCache()
     p = _gaussian(2.0, 4, 1e-4)

@@ -17,9 +17,9 @@ from random_allocation.random_allocation_scheme.lower_bound import (
 )
 from random_allocation.random_allocation_scheme.RDP_DCO import allocation_RDP_DCO_add
 
-from service.accounting import bis
+from service.accounting.bis import rdp as bis
 from service.accounting.mechanisms import parse_mechanism
-from service.accounting.profiles import compute_profile
+from service.accounting.profiles.profile import compute_profile
 
 
 @pytest.mark.parametrize(

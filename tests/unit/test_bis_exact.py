@@ -21,9 +21,9 @@ from hypothesis import strategies as st
 from random_allocation.random_allocation_scheme.direct import allocation_RDP_remove
 from scipy import integrate
 
-from service.accounting import bis
-from service.accounting.bis_forward import forward_rdp_single
-from service.accounting.bis_reverse import _r_upper, reverse_rdp_single
+from service.accounting.bis import rdp as bis
+from service.accounting.bis.forward import forward_rdp_single
+from service.accounting.bis.reverse import _r_upper, reverse_rdp_single
 
 
 def _quadrature(d: int, k: int, s: float, alphas: list[float], nodes: int) -> np.ndarray:

@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 from scipy import integrate, special
 
-from service.accounting import bis_pld
+from service.accounting.bis import pld as bis_pld
 from service.accounting.mechanisms import parse_mechanism
-from service.accounting.profiles import compute_profile
+from service.accounting.profiles.profile import compute_profile
 
 
 def _above(c: np.ndarray, s: float) -> np.ndarray:
@@ -115,7 +115,7 @@ def test_split_masses_are_never_below_their_exact_values(s: float, h: float, n: 
     in the normal CDF): rounded up, by at most a relative 1e-9."""
     import mpmath as mp
 
-    from service.accounting.bis_grid import _split
+    from service.accounting.bis.grid import _split
 
     lo, hi = _split(h * np.arange(n + 1.0), s, h)
     mp.mp.dps = 40

@@ -8,8 +8,7 @@ import socket
 
 import pytest
 
-from service.errors import InvalidInput
-from service.jobs.callbacks import (
+from service.deployments.callbacks import (
     AllowList,
     CallbackRefused,
     check_callback_url,
@@ -17,6 +16,7 @@ from service.jobs.callbacks import (
     redact_url,
     resolve_target,
 )
+from service.errors import InvalidInput
 
 NONE = AllowList()
 

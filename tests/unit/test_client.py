@@ -9,9 +9,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service.api import problems
-from service.client import RetargetClient
-from service.client.errors import (
+from retarget.client import RetargetClient
+from retarget.client.errors import (
     PROBLEMS,
     ClientError,
     DownloadCorrupt,
@@ -20,6 +19,7 @@ from service.client.errors import (
     ServerError,
     error_for,
 )
+from service.api import problems
 
 SERVICE = Path(__file__).resolve().parents[2] / "service"
 

@@ -8,9 +8,9 @@ import pytest
 from service.accounting.conversions import ORDERS
 from service.accounting.cost import CostLimits, gaussian_pld_points, refusal
 from service.accounting.mechanisms import parse_mechanism
-from service.accounting.pld import subsampled_gaussian_pld
-from service.accounting.profiles import compute_profile
-from service.accounting.rdp import subsampled_gaussian_rdp
+from service.accounting.pld.pair import subsampled_gaussian_pld
+from service.accounting.profiles.profile import compute_profile
+from service.accounting.rdp.gaussian import subsampled_gaussian_rdp
 from tests.helpers import sgd
 
 

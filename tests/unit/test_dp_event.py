@@ -9,11 +9,15 @@ from dp_accounting.pld import privacy_loss_distribution as pldlib
 from pydantic import ValidationError
 
 from service.accounting.cost import CostLimits, refusal
-from service.accounting.dp_events import CONSTRUCTORS, supported, to_dp_accounting
-from service.accounting.linear_combination import lc_input
+from service.accounting.lc.accountant import lc_input
 from service.accounting.mechanisms import NODE_KINDS, error_messages, parse_mechanism
+from service.accounting.mechanisms.dp_accounting_events import (
+    CONSTRUCTORS,
+    supported,
+    to_dp_accounting,
+)
 from service.accounting.mechanisms.dp_event import MAX_DEPTH, MAX_NODES
-from service.accounting.profiles import compute_profile
+from service.accounting.profiles.profile import compute_profile
 
 
 def gaussian(sigma: float) -> dict:

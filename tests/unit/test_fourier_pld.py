@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from dp_accounting.pld import privacy_loss_distribution as pldlib
 
-from service.accounting import fourier_pld
-from service.accounting.fourier_pld import composed_pld
+from service.accounting.pld import fourier as fourier_pld
+from service.accounting.pld.fourier import composed_pld
 
 H = 1e-3
 DELTAS = (1e-10, 1e-6, 1e-3)

@@ -8,9 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from service.accounting import linear_combination as lc
+from service.accounting.lc import accountant as lc
 from service.accounting.mechanisms import parse_mechanism
-from service.accounting.profiles import compute_profile
+from service.accounting.profiles.profile import compute_profile
 from tests.oracles import gaussian_delta
 
 

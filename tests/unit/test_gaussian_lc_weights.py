@@ -19,7 +19,7 @@ from scipy import optimize
 from service.accounting.mechanisms import parse_mechanism
 from service.accounting.planning import Candidate, PlanRequestSpec, make_plan
 from service.accounting.planning.gaussian_weights import optimal_gaussian_weights
-from service.accounting.profiles import compute_profile
+from service.accounting.profiles.profile import compute_profile
 from tests.oracles import gaussian_delta
 
 

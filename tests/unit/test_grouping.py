@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from service.accounting.grouping import CHECK_ORDERS, group_steps
-from service.accounting.profile_builders import MAX_PLD_GROUPS, _pessimistic_groups
-from service.accounting.rdp import subsampled_gaussian_rdp
+from service.accounting.pld.grouping import CHECK_ORDERS, group_steps
+from service.accounting.profiles.builders import MAX_PLD_GROUPS, _pessimistic_groups
+from service.accounting.rdp.gaussian import subsampled_gaussian_rdp
 
 
 def _schedule(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

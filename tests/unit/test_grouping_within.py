@@ -15,10 +15,11 @@ from dp_accounting.pld import privacy_loss_distribution as pldlib
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from service.accounting import fourier_pld, step_pmfs
-from service.accounting.fourier_pld import composed_pld
-from service.accounting.grouping import CHECK_ORDERS, group_steps, groups_within
-from service.accounting.rdp import subsampled_gaussian_rdp
+from service.accounting.pld import fourier as fourier_pld
+from service.accounting.pld import step_pmfs
+from service.accounting.pld.fourier import composed_pld
+from service.accounting.pld.grouping import CHECK_ORDERS, group_steps, groups_within
+from service.accounting.rdp.gaussian import subsampled_gaussian_rdp
 
 
 def _schedule(n: int, seed: int = 7) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from service.accounting.planning.types import Plan
-from service.jobs.ledger import LedgerBound
-from service.jobs.releases import release_provenance
+from service.ledger.charges import LedgerBound
+from service.releases.retarget import release_provenance
 
 
 def _plan(heuristic: bool) -> Plan:

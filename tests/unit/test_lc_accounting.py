@@ -7,14 +7,14 @@ import numpy as np
 import pytest
 from dp_accounting.pld import privacy_loss_distribution as pldlib
 
-from service.accounting import linear_combination as lc
 from service.accounting.conversions import ORDERS
+from service.accounting.lc import accountant as lc
+from service.accounting.lc.merged_step import merged_step_mixture
+from service.accounting.lc.mixture import lc_mixture, mixture_rdp, mixture_rdp_literal
+from service.accounting.lc.mixture_pld import mixture_pld
 from service.accounting.mechanisms import parse_mechanism
-from service.accounting.merged_step import merged_step_mixture
-from service.accounting.mixture import lc_mixture, mixture_rdp, mixture_rdp_literal
-from service.accounting.mixture_pld import mixture_pld
-from service.accounting.profiles import compute_profile
-from service.accounting.rdp import subsampled_gaussian_rdp
+from service.accounting.profiles.profile import compute_profile
+from service.accounting.rdp.gaussian import subsampled_gaussian_rdp
 from tests.helpers import sgd
 from tests.oracles import gaussian_delta
 
@@ -202,7 +202,7 @@ def test_every_dp_sgd_certificate_covers_the_joint_prefix(seed: int) -> None:
 def test_grid_convolution_rounds_shifts_up_and_stays_tight() -> None:
     """More runs than are enumerated: the convolution's mixture dominates the exact one
     (its hockey-stick curve is above) and is within 0.2% in epsilon."""
-    from service.accounting import merged_step
+    from service.accounting.lc import merged_step
 
     rng = np.random.default_rng(3)
     q, a = rng.uniform(0.02, 0.3, 9), rng.uniform(0.05, 0.4, 9)

@@ -16,11 +16,11 @@ import math
 import numpy as np
 import pytest
 
-from service.accounting.guarantees import guarantee
+from service.accounting.lc.paper import paper_epsilon
 from service.accounting.mechanisms import parse_mechanism
-from service.accounting.paper_lc import paper_epsilon
 from service.accounting.planning import Candidate
-from service.accounting.profiles import compute_profile
+from service.accounting.planning.guarantees import guarantee
+from service.accounting.profiles.profile import compute_profile
 from tests.oracles import clopper_pearson_upper, gaussian_delta
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from service.accounting.lineage import prefix_mismatch
 from service.accounting.mechanisms import parse_mechanism
+from service.accounting.mechanisms.lineage import prefix_mismatch
 from tests.helpers import sgd
 
 

@@ -12,11 +12,11 @@ import math
 import pytest
 import torch
 
-from service.accounting import linear_combination as lc
-from service.accounting.guarantees import guarantee
+from service.accounting.lc import accountant as lc
 from service.accounting.mechanisms import parse_mechanism
 from service.accounting.planning import Candidate
-from service.accounting.profiles import compute_profile
+from service.accounting.planning.guarantees import guarantee
+from service.accounting.profiles.profile import compute_profile
 from tests.oracles import gaussian_delta
 
 

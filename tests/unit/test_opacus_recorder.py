@@ -11,9 +11,9 @@ import torch
 from opacus import PrivacyEngine
 from torch.utils.data import DataLoader, TensorDataset
 
+from retarget.opacus import OpacusRecorder
 from service.accounting.mechanisms import parse_mechanism
-from service.accounting.profiles import compute_profile
-from service.integrations.opacus import OpacusRecorder
+from service.accounting.profiles.profile import compute_profile
 
 N, FEATURES, BATCH = 256, 8, 32
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from dp_accounting.rdp import rdp_privacy_accountant as rdp_lib
 
-from service.accounting.orders import REFERENCE_ORDERS, best_delta, best_epsilon
-from service.accounting.rdp import subsampled_gaussian_rdp
+from service.accounting.rdp.gaussian import subsampled_gaussian_rdp
+from service.accounting.rdp.orders import REFERENCE_ORDERS, best_delta, best_epsilon
 from tests import oracles
 
 

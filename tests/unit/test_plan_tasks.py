@@ -1,5 +1,6 @@
-"""What a plan process is sent and keeps (``service.jobs.plan_tasks``), without processes:
-profile references, the profile cache's bound, the "missing" answer."""
+"""What a plan process is sent and keeps (``service.plans.tasks`` on the pool's child,
+``service.jobs.process_child``), without processes: profile references, the attachment
+cache's bound, the "missing" answer."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import pickle
 from service.accounting.cost import CostLimits
 from service.accounting.mechanisms import parse_mechanism
 from service.accounting.planning import Candidate, PlanRequestSpec
-from service.accounting.profiles import compute_profile
-from service.jobs.plan_tasks import PROTOCOL, ProfileCache, answer, in_thread, profile_ref, strip
+from service.accounting.profiles.profile import compute_profile
+from service.jobs.process_child import PROTOCOL, AttachmentCache, answer
+from service.plans.tasks import handle, in_thread, profile_ref, strip
 from tests.helpers import sgd
 
 A, B, C = (parse_mechanism(sgd(s, steps=20)) for s in (2.0, 3.0, 4.0))
@@ -35,33 +37,38 @@ def test_a_task_over_profiles_it_lacks_asks_for_them_then_answers() -> None:
     bare, refs, profiles = strip(cands)
     assert all(c.profile is None for c in bare)
     spec = PlanRequestSpec(epsilon=8.0, delta=1e-5, method="rs")
-    cache = ProfileCache(max_bytes=10**9)
-    missing = answer(cache, pickle.dumps(("plan", bare, refs, {}, (spec,)), PROTOCOL))
+    cache = AttachmentCache(max_bytes=10**9)
+    needed = list(profiles)
+
+    def message(sent: dict[str, bytes]) -> bytes:
+        return pickle.dumps(("plan", (bare, refs, (spec,)), needed, sent), PROTOCOL)
+
+    missing = answer(handle, cache, message({}))
     assert missing == ("missing", sorted(profiles))
     sent = {r: pickle.dumps(p, PROTOCOL) for r, p in profiles.items()}
-    kind, plan, held = answer(cache, pickle.dumps(("plan", bare, refs, sent, (spec,)), PROTOCOL))
+    kind, plan, held = answer(handle, cache, message(sent))
     assert kind == "ok" and sorted(held) == sorted(profiles)
     assert plan.weights == in_thread("plan", cands, spec).weights
     # held now: references alone are enough
-    kind, again, _ = answer(cache, pickle.dumps(("plan", bare, refs, {}, (spec,)), PROTOCOL))
+    kind, again, _ = answer(handle, cache, message({}))
     assert kind == "ok" and again.weights == plan.weights
 
 
 def test_the_cache_stays_under_its_bound_but_keeps_what_the_task_uses() -> None:
     cands = [candidate("a", A), candidate("b", B), candidate("c", C)]
-    bare, refs, profiles = strip(cands)
+    _, refs, profiles = strip(cands)
     sizes = {r: len(pickle.dumps(p, PROTOCOL)) for r, p in profiles.items()}
-    cache = ProfileCache(max_bytes=max(sizes.values()))  # room for one
+    cache = AttachmentCache(max_bytes=max(sizes.values()))  # room for one
     for i in range(3):
         sent = {refs[i][0]: pickle.dumps(profiles[refs[i][0]], PROTOCOL)}
         cache.add(sent)
-        dressed = cache.dress(bare[i : i + 1], refs[i : i + 1])
-        assert dressed[0].profile.mechanism_hash == cands[i].profile.mechanism_hash
+        taken = cache.take([refs[i][0]])
+        assert taken[refs[i][0]].mechanism_hash == cands[i].profile.mechanism_hash
         assert list(cache.items) == [refs[i][0]]  # the older ones went
         assert cache.size == sizes[refs[i][0]] <= cache.max_bytes
     # a task needing more than the bound keeps all it needs, over the bound for now
     sent = {r: pickle.dumps(profiles[r], PROTOCOL) for r, _ in refs}
     cache.add(sent)
-    dressed = cache.dress(bare, refs)
-    assert [c.profile.mechanism_hash for c in dressed] == [c.profile.mechanism_hash for c in cands]
+    taken = cache.take([r for r, _ in refs])
+    assert [taken[r].mechanism_hash for r, _ in refs] == [c.profile.mechanism_hash for c in cands]
     assert len(cache.items) == 3 and cache.size > cache.max_bytes

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from service.accounting import linear_combination as lc
-from service.accounting.guarantees import guarantee
+from service.accounting.lc import accountant as lc
 from service.accounting.mechanisms import parse_mechanism
 from service.accounting.planning import Candidate, PlanRequestSpec, make_plan
-from service.accounting.profiles import compute_profile
+from service.accounting.planning.guarantees import guarantee
+from service.accounting.profiles.profile import compute_profile
 from service.errors import InfeasibleTarget, InvalidInput, Unsupported
 from tests.helpers import sgd
 

@@ -6,7 +6,7 @@ import pytest
 from dp_accounting.pld import privacy_loss_distribution as pldlib
 
 from service.accounting.mechanisms import parse_mechanism
-from service.accounting.profiles import compute_profile
+from service.accounting.profiles.profile import compute_profile
 
 
 def _reference(q: float, sigma: float, steps: int, delta: float, width: float, pess: bool) -> float:
@@ -64,7 +64,7 @@ def test_large_epsilon_keeps_the_default_grid() -> None:
 def test_profiles_on_different_grids_compose_pessimistically() -> None:
     import numpy as np
 
-    from service.accounting.pld import subsampled_gaussian_pld
+    from service.accounting.pld.pair import subsampled_gaussian_pld
 
     fine = subsampled_gaussian_pld([(0.01, 2.0, 50)], 3.7e-5)
     coarse = fine.regrid(1e-4)

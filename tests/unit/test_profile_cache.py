@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from service.accounting.mechanisms import parse_mechanism
-from service.accounting.profiles import compute_profile
+from service.accounting.profiles.profile import compute_profile
 from service.jobs.lru import Lru
-from service.jobs.profiles import MemoryProfileStore, profile_nbytes
+from service.profiles.cache import MemoryProfileStore, profile_nbytes
 
 
 def test_lru_drops_least_recently_used_past_max_entries() -> None:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from service.accounting.conversions import ORDERS, round_up
 from service.accounting.mechanisms import parse_mechanism
-from service.accounting.profiles import PROFILE_FORMAT, PrivacyProfile, compute_profile
+from service.accounting.profiles.profile import PROFILE_FORMAT, PrivacyProfile, compute_profile
 
 MECHANISMS = {
     "gaussian": {"type": "gaussian", "sensitivity": 1.0, "noise_std": 2.0, "count": 4},

@@ -8,10 +8,10 @@ import math
 import numpy as np
 import pytest
 
-from service.accounting import random_selection as rs
 from service.accounting.conversions import ORDERS
 from service.accounting.mechanisms import parse_mechanism
-from service.accounting.profiles import compute_profile
+from service.accounting.profiles.profile import compute_profile
+from service.accounting.rs import bounds as rs
 from tests.oracles import (
     clopper_pearson_upper,
     hockey_stick_quad,

@@ -16,15 +16,15 @@ import pytest
 from dp_accounting.pld import privacy_loss_distribution as pldlib
 from scipy import integrate, optimize, stats
 
-from service.accounting import linear_combination as lc
 from service.accounting.joint_release import grouped, joint_release_epsilon
+from service.accounting.lc import accountant as lc
+from service.accounting.lc.merged_step import merged_step_mixture
+from service.accounting.lc.mixture import mixture_rdp
+from service.accounting.lc.mixture_pld import mixture_pld
 from service.accounting.mechanisms import parse_mechanism
-from service.accounting.merged_step import merged_step_mixture
-from service.accounting.mixture import mixture_rdp
-from service.accounting.mixture_pld import mixture_pld
 from service.accounting.planning import PlanRequestSpec, make_plan
 from service.accounting.planning.types import Candidate
-from service.accounting.profiles import compute_profile
+from service.accounting.profiles.profile import compute_profile
 from tests.helpers import sgd
 
 # ---- oracle: the merged step of groups of equal runs, by quadrature ----------------------

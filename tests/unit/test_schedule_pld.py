@@ -11,8 +11,8 @@ from dp_accounting.pld import privacy_loss_distribution as pldlib
 
 from service.accounting import cost
 from service.accounting.mechanisms import parse_mechanism
-from service.accounting.profiles import compute_profile
-from service.accounting.schedule_pld import EXACT_PLD_GROUPS
+from service.accounting.pld.schedule import EXACT_PLD_GROUPS
+from service.accounting.profiles.profile import compute_profile
 
 SIGMAS = np.linspace(1.5, 3.0, 100)
 MECHANISM = {

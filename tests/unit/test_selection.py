@@ -7,8 +7,8 @@ import pytest
 
 from service.accounting.planning import PlanRequestSpec, reads_models
 from service.errors import InvalidInput
-from service.jobs.releases import legacy_request_hash, request_hash
 from service.merging.random_selection import select
+from service.releases.retarget import legacy_request_hash, request_hash
 
 
 def test_inverse_cdf_gives_each_model_exactly_its_probability() -> None:

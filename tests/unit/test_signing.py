@@ -7,7 +7,7 @@ import hmac
 
 import pytest
 
-from service.jobs.signing import sign, verify
+from service.deployments.signing import sign, verify
 
 SECRET = "s3cret"
 BODY = b'{"deployment": "prod", "epsilon": 2.5, "delta": 1e-05}'

@@ -13,12 +13,12 @@ from dp_accounting.pld import pld_pmf
 from dp_accounting.pld import privacy_loss_distribution as pldlib
 from scipy import integrate, optimize, stats
 
-from service.accounting import merged_step
-from service.accounting.merged_step import merged_step_mixture
-from service.accounting.mixture import Mixture, lc_mixture
-from service.accounting.mixture_pld import gaussian_delta
-from service.accounting.pld import PldPair, PmfDelta
-from service.accounting.step_pld import step_pld
+from service.accounting.lc import merged_step
+from service.accounting.lc.merged_step import merged_step_mixture
+from service.accounting.lc.mixture import Mixture, lc_mixture
+from service.accounting.lc.step_pld import step_pld
+from service.accounting.pld.gaussian import gaussian_delta
+from service.accounting.pld.pair import PldPair, PmfDelta
 
 
 def _log_m(probs: np.ndarray, shifts: np.ndarray, x: float) -> float:

@@ -27,17 +27,17 @@ from dp_accounting.pld import pld_pmf
 from dp_accounting.pld import privacy_loss_distribution as pldlib
 from scipy import optimize, special
 
-from service.accounting import linear_combination as lc
-from service.accounting import merged_step
-from service.accounting import random_selection as rs
-from service.accounting import step_pld as step_module
+from service.accounting.lc import accountant as lc
+from service.accounting.lc import merged_step
+from service.accounting.lc import step_pld as step_module
+from service.accounting.lc.merged_step import merged_step_mixture
+from service.accounting.lc.mixture import Mixture, lc_mixture
+from service.accounting.lc.step_pld import step_pld
 from service.accounting.mechanisms import parse_mechanism
-from service.accounting.merged_step import merged_step_mixture
-from service.accounting.mixture import Mixture, lc_mixture
-from service.accounting.pld import PldPair, PmfDelta
-from service.accounting.profiles import compute_profile
-from service.accounting.rdp_profile import RdpProfile
-from service.accounting.step_pld import step_pld
+from service.accounting.pld.pair import PldPair, PmfDelta
+from service.accounting.profiles.profile import compute_profile
+from service.accounting.rdp.profile import RdpProfile
+from service.accounting.rs import bounds as rs
 from tests.helpers import sgd
 
 EPS = [0.0, 1e-4, 0.01, 0.1, 0.3, 0.5, 1.0, 2.0, 3.0, 5.0, 8.0, 12.0, 20.0, 30.0, 50.0]

@@ -14,8 +14,8 @@ import pytest
 from dp_accounting.pld import pld_pmf
 from scipy import integrate, optimize, stats
 
-from service.accounting.mixture_pld import gaussian_delta
-from service.accounting.step_pmfs import loss_moments, step_pmfs
+from service.accounting.pld.gaussian import gaussian_delta
+from service.accounting.pld.step_pmfs import loss_moments, step_pmfs
 
 H = 1e-3
 STEPS = [(0.01, 1.0), (0.3, 0.7), (0.05, 3.0), (1.0, 2.0)]

@@ -6,8 +6,8 @@ import mpmath as mp
 import numpy as np
 import pytest
 
-from service.accounting.rdp import subsampled_gaussian_rdp
-from service.accounting.rdp_profile import safe
+from service.accounting.rdp.gaussian import subsampled_gaussian_rdp
+from service.accounting.rdp.profile import safe
 
 
 def _exact_rdp_int(q: float, sigma: float, alpha: int) -> mp.mpf:
@@ -43,7 +43,7 @@ def test_a_tiny_rdp_never_proves_epsilon_zero_below_the_exact_delta(sigma: float
     """sqrt(1 - e^(-rdp)) (the KL route) must not round to 0 when rdp is below float
     spacing at 1: the exact hockey-stick at epsilon 0, erf(mu / (2 sqrt 2)), is the oracle."""
     from service.accounting.mechanisms import parse_mechanism
-    from service.accounting.profiles import compute_profile
+    from service.accounting.profiles.profile import compute_profile
 
     mech = {"type": "gaussian", "sensitivity": 1.0, "noise_multiplier": sigma}
     profile = compute_profile(parse_mechanism(mech))
@@ -57,7 +57,7 @@ def test_a_tiny_rdp_never_proves_epsilon_zero_below_the_exact_delta(sigma: float
 @pytest.mark.parametrize("rdp", [1e-30, 3e-17, 1e-12])
 def test_kl_route_keeps_full_precision(rdp: float) -> None:
     from service.accounting.conversions import delta_from_rdp, delta_from_rdp_grid
-    from service.accounting.orders import conversion_epsilon, conversion_log_delta
+    from service.accounting.rdp.orders import conversion_epsilon, conversion_log_delta
 
     mp.mp.dps = 50
     exact = float(mp.sqrt(-mp.expm1(-mp.mpf(rdp))))  # Bretagnolle-Huber at epsilon 0
@@ -80,7 +80,7 @@ def _rr_rdp_exact(eps0: float, alpha: float) -> mp.mpf:
 def test_randomized_response_rdp_is_never_below_the_exact_value(eps0: float) -> None:
     """Pure eps0-DP's curve (Mironov 2017, Prop. 5) for a tiny eps0 is ~ alpha eps0^2 / 2:
     summing the two terms in float64 lost it (0 at eps0 = 1e-9)."""
-    from service.accounting.rdp_profile import randomized_response_rdp, safe
+    from service.accounting.rdp.profile import randomized_response_rdp, safe
 
     orders = np.array([1.001, 1.5, 2.0, 3.0, 10.0, 100.0, 1000.0, 1e5])
     values = randomized_response_rdp(eps0, orders)
@@ -94,7 +94,7 @@ def test_a_tiny_pure_dp_guarantee_never_proves_epsilon_zero() -> None:
     """eps0-DP with eps0 = 1e-9: randomized response has delta(0) = tanh(eps0 / 2), so no
     smaller delta has epsilon 0."""
     from service.accounting.mechanisms import parse_mechanism
-    from service.accounting.profiles import compute_profile
+    from service.accounting.profiles.profile import compute_profile
 
     eps0 = 1e-9
     profile = compute_profile(
@@ -109,7 +109,7 @@ def test_an_rdp_that_underflows_is_never_zero() -> None:
     """q = 1e-200: the RDP (~ q^2) is below the float range, but the mechanism is not
     free: delta(0) is about T q erf(1 / (2 sqrt 2 sigma)) = 3.8e-200 > 1e-250."""
     from service.accounting.mechanisms import parse_mechanism
-    from service.accounting.profiles import compute_profile
+    from service.accounting.profiles.profile import compute_profile
 
     mech = {
         "type": "dp_sgd",
@@ -163,7 +163,7 @@ def _mixture_rdp_exact(q: list[float], a: list[float], alpha: int) -> mp.mpf:
 def test_a_tiny_merged_step_is_never_below_its_exact_rdp(q: list[float], a: list[float]) -> None:
     """The merged LC step's quadrature returned 1 + O(a^2) minus rounding: 0 or less than
     the exact RDP when the noise is huge or q small. Oracle: the 60-digit expansion."""
-    from service.accounting.mixture import lc_mixture, mixture_rdp
+    from service.accounting.lc.mixture import lc_mixture, mixture_rdp
 
     orders = [2, 3]
     forward, _ = mixture_rdp(lc_mixture(q, a), np.array(orders, dtype=float))

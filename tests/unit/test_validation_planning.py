@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from service.accounting import linear_combination as lc
+from service.accounting.lc import accountant as lc
 from service.accounting.mechanisms import parse_mechanism
 from service.accounting.planning import Candidate, PlanRequestSpec, make_plan
-from service.accounting.profiles import compute_profile
+from service.accounting.profiles.profile import compute_profile
 from service.errors import InfeasibleTarget, Unsupported
 from tests.helpers import sgd
 

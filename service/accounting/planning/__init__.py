@@ -2,7 +2,7 @@
 
 Pure: candidates come in with their mechanisms and profiles, a ``Plan`` goes out.
 One module per method behind ``make_plan``'s dispatch table: ``rs`` (Theorems 5.1/5.2),
-``lc`` (the sound LC bound of ``linear_combination``), ``auto`` (the better of the two),
+``lc`` (the sound LC bound of ``lc.accountant``), ``auto`` (the better of the two),
 ``checkpoints`` (averaging one run) and ``validation`` (weights scored on a public
 split, bounded by the joint release of every model scored). Every plan's achieved
 epsilon is recomputed with the full bound for the weights returned; an infeasible

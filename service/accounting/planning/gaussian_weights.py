@@ -40,8 +40,8 @@ import math
 import numpy as np
 from numpy.typing import NDArray
 
-from service.accounting.mixture_pld import gaussian_epsilon
-from service.accounting.orders import epsilon_any_order
+from service.accounting.pld.gaussian import gaussian_epsilon
+from service.accounting.rdp.orders import epsilon_any_order
 
 #: Up to this many models every support is tried (2^n small vectorised solves).
 EXACT_SUPPORTS = 14

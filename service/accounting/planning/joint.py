@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from service.accounting import linear_combination as lc
+from service.accounting.lc import accountant as lc
 from service.accounting.planning.types import PlanRequestSpec
-from service.accounting.profiles import PrivacyProfile
+from service.accounting.profiles.profile import PrivacyProfile
 
 
 def joint(spec: PlanRequestSpec, profiles: list[PrivacyProfile]) -> tuple[float, str]:

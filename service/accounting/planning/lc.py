@@ -1,6 +1,6 @@
 """Linear combination plans: least merged noise whose sound LC bound meets the target.
 
-The bound is ``linear_combination.LCAccountant`` (the models' runs before their last
+The bound is ``lc.accountant.LCAccountant`` (the models' runs before their last
 step released jointly, composed with one merged last step). Which models to merge is
 chosen in polynomial time: for two orders of the models (least noise first, most
 private first) the nested prefixes whose joint part stays below the target (a
@@ -19,8 +19,8 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy import optimize
 
-from service.accounting import linear_combination as lc
-from service.accounting.paper_lc import paper_epsilon
+from service.accounting.lc import accountant as lc
+from service.accounting.lc.paper import paper_epsilon
 from service.accounting.planning.gaussian_weights import (
     largest_gaussian_mu,
     optimal_gaussian_weights,

@@ -15,8 +15,6 @@ import math
 import numpy as np
 from numpy.typing import NDArray
 
-from service.accounting import random_selection as rs
-from service.accounting.curves import chord_upper_bound_rows
 from service.accounting.joint_release import profile_identity
 from service.accounting.planning.joint import joint
 from service.accounting.planning.types import (
@@ -27,7 +25,9 @@ from service.accounting.planning.types import (
     noise_variance,
     score,
 )
-from service.accounting.profiles import PrivacyProfile
+from service.accounting.pld.curves import chord_upper_bound_rows
+from service.accounting.profiles.profile import PrivacyProfile
+from service.accounting.rs import bounds as rs
 from service.errors import InvalidInput, Unsupported
 
 PRIOR_NOTE = (

@@ -9,7 +9,7 @@ from typing import Literal
 
 from service.accounting.conversions import round_up
 from service.accounting.mechanisms import DPSGD, Gaussian, Mechanism
-from service.accounting.profiles import PrivacyProfile
+from service.accounting.profiles.profile import PrivacyProfile
 from service.errors import InfeasibleTarget
 
 Method = Literal["rs", "lc", "auto", "checkpoint_average"]
@@ -30,7 +30,7 @@ class Candidate:
     #: profile of the part of the model LC composes jointly (the run before its last
     #: step), when the caller has it cached; computed on demand otherwise
     released_profile: PrivacyProfile | None = None
-    #: the run and step were checked at registration (service.accounting.lineage); an
+    #: the run and step were checked at registration (service.accounting.mechanisms.lineage); an
     #: unverified checkpoint is treated as an independent model
     lineage_verified: bool = False
 

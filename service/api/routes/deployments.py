@@ -16,10 +16,10 @@ from service.api.schemas import (
     PolicyUpdate,
     Problem,
 )
+from service.deployments import policies as service
+from service.deployments.callbacks import AllowList, redact_url
+from service.deployments.runner import dispatch
 from service.errors import NotFound, Unsupported
-from service.jobs import deployments as service
-from service.jobs.callbacks import AllowList, redact_url
-from service.jobs.runner import dispatch
 from service.registry import repository
 from service.registry.db import session_scope
 from service.registry.models import Deployment
@@ -80,7 +80,7 @@ async def create_deployment(body: DeploymentCreate, ctx: ContextDep) -> Deployme
         with session_scope(ctx.session_factory) as session:
             dep, _, announce = service.create_deployment(
                 session=session,
-                jobs=ctx.jobs,
+                profiles=ctx.profiles,
                 blobs=ctx.blobs,
                 name=body.name,
                 dataset_id=body.dataset_id,
@@ -147,7 +147,7 @@ async def change_policy(name: str, body: PolicyUpdate, ctx: ContextDep) -> Deplo
     def run() -> DeploymentPublic:
         change = service.change_policy(
             session_factory=ctx.session_factory,
-            jobs=ctx.jobs,
+            profiles=ctx.profiles,
             blobs=ctx.blobs,
             name=name,
             epsilon=body.epsilon,

@@ -8,8 +8,8 @@ from fastapi.responses import JSONResponse
 from service.api.context import Principal
 from service.api.deps import ContextDep, JobsDep, require
 from service.api.schemas import JobPublic, Problem
+from service.deployments import outbox
 from service.errors import Forbidden, NotFound
-from service.jobs import outbox
 from service.jobs.queue import JobInfo, Jobs
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])

@@ -16,13 +16,12 @@ from starlette.formparsers import MultiPartException, MultiPartParser
 from service.accounting.conversions import round_up
 from service.accounting.cost import refusal
 from service.accounting.mechanisms import error_messages, parse_mechanism
-from service.accounting.profiles import ACCOUNTANTS
+from service.accounting.profiles.profile import ACCOUNTANTS
 from service.api.blob_responses import WEIGHTS_RESPONSES, blob_response, not_modified
 from service.api.context import Principal
 from service.api.deps import (
     AppContext,
     ContextDep,
-    JobsDep,
     Limit,
     Offset,
     SessionDep,
@@ -52,11 +51,11 @@ from service.errors import (
 )
 from service.formats.bundles import MAX_FILES
 from service.formats.streams import iter_file
-from service.jobs.claims import apply_claim_checks
-from service.jobs.ledger import expose
-from service.jobs.plans import lc_released
-from service.jobs.profiles import cost_limits
-from service.jobs.queue import profiles_or_pending
+from service.ledger.charges import expose
+from service.plans.planner import lc_released
+from service.profiles.cache import cost_limits
+from service.profiles.claims import apply_claim_checks
+from service.profiles.source import profiles_or_pending
 from service.registry import repository
 from service.registry.bundles import register_bundle
 from service.registry.db import session_scope
@@ -173,10 +172,10 @@ def _register(
     # The profile job (in process: done now, claim checked; on a worker: queued). A
     # cache or queue outage never undoes a registration: the next request enqueues.
     try:
-        profile, _ = ctx.jobs.profile(meta.mechanism)
+        profile, _ = ctx.profiles.profile(meta.mechanism)
         released = lc_released(meta.mechanism)
         if released is not None:
-            ctx.jobs.warm(released)  # what LC plans compose for this model
+            ctx.profiles.warm(released)  # what LC plans compose for this model
     except Exception:
         log.exception("profile job for model %s not started; it will be on first use", model_id)
         profile = None
@@ -317,7 +316,7 @@ def get_model_weights(
                     raise StorageError(f"blob {sha} is missing from the store")
                 expose(
                     session=session,
-                    jobs=ctx.jobs,
+                    profiles=ctx.profiles,
                     dataset_id=dataset_id,
                     kind="download",
                     model_ids=[model_id],
@@ -349,7 +348,7 @@ AccountantQuery = Annotated[Literal["rdp", "pld", "best"], Query()]
 def get_model_epsilon(
     model_id: str,
     session: SessionDep,
-    jobs: JobsDep,
+    ctx: ContextDep,
     delta: DeltaQuery = 1e-5,
     accountant: AccountantQuery = "best",
 ) -> EpsilonPublic | JSONResponse:
@@ -361,9 +360,11 @@ def get_model_epsilon(
     """
     model = repository.get_model(session=session, model_id=model_id)
     try:
-        (profile,) = profiles_or_pending(jobs, [("this model", parse_mechanism(model.mechanism))])
+        (profile,) = profiles_or_pending(
+            ctx.profiles, [("this model", parse_mechanism(model.mechanism))]
+        )
     except ProfilesPending as exc:
-        return pending_response([job_or_queued(jobs, j) for j in exc.job_ids])
+        return pending_response([job_or_queued(ctx.jobs, j) for j in exc.job_ids])
     eps = profile.epsilon(delta, accountant)
     # The PLD accountant falls back to the RDP-derived curve where no PLD is known.
     used = "pld" if profile.pld is not None and eps == profile.epsilon(delta, "pld") else "rdp"

@@ -24,11 +24,11 @@ from service.api.schemas import (
     Problem,
 )
 from service.errors import Forbidden, InvalidInput, ProfilesPending
-from service.jobs.ledger import expose
-from service.jobs.plans import guarantee_for, plan_for
 from service.jobs.queue import JobInfo
-from service.jobs.releases import cap_warning, exposed_by
+from service.ledger.charges import expose
+from service.plans.planner import guarantee_for, plan_for
 from service.registry.db import session_scope
+from service.releases.retarget import cap_warning, exposed_by
 
 router = APIRouter(prefix="/v1/plans", tags=["plans"])
 
@@ -186,7 +186,7 @@ async def create_plan(
             with session_scope(ctx.session_factory) as session:
                 plan = plan_for(
                     session=session,
-                    jobs=ctx.jobs,
+                    profiles=ctx.profiles,
                     blobs=ctx.blobs,
                     dataset_id=body.dataset_id,
                     model_ids=body.model_ids,
@@ -196,7 +196,7 @@ async def create_plan(
                 if scored:
                     expose(
                         session=session,
-                        jobs=ctx.jobs,
+                        profiles=ctx.profiles,
                         dataset_id=body.dataset_id,
                         kind="scored_plan",
                         model_ids=exposed_by(plan),
@@ -204,7 +204,7 @@ async def create_plan(
                         key_name=who.name,
                         detail=scored_detail(spec, plan),
                     )
-                warning = cap_warning(session, ctx.jobs, body.dataset_id, plan)
+                warning = cap_warning(session, ctx.profiles, body.dataset_id, plan)
         except ProfilesPending as exc:
             return pending_response([job_or_queued(ctx.jobs, j) for j in exc.job_ids])
         public = to_public(plan, body.epsilon)
@@ -281,7 +281,7 @@ async def plan_guarantee(body: GuaranteeRequest, ctx: ContextDep) -> GuaranteePu
             with session_scope(ctx.session_factory) as session:
                 result = guarantee_for(
                     session=session,
-                    jobs=ctx.jobs,
+                    profiles=ctx.profiles,
                     dataset_id=body.dataset_id,
                     weights=weights,
                     method=body.method,

@@ -20,12 +20,12 @@ from sqlalchemy.orm import Session
 from service.api.blob_responses import WEIGHTS_RESPONSES, blob_response, etag_for, not_modified
 from service.api.deps import BlobsDep, SessionDep, require
 from service.api.schemas import BundleFile, Problem, ReleaseFilesPublic
+from service.deployments import policies as deployment_service
 from service.errors import NotFound, StorageError
-from service.jobs import deployments as deployment_service
-from service.jobs.async_releases import ready
 from service.registry import repository
 from service.registry.blobs import BlobStore
 from service.registry.models import Release
+from service.releases.pending import ready
 
 router = APIRouter(tags=["releases"])
 

@@ -1,4 +1,4 @@
-"""202 answers for releases merged as jobs (``service.jobs.async_releases``)."""
+"""202 answers for releases merged as jobs (``service.releases.pending``)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from fastapi.responses import JSONResponse
 from service.api.deps import AppContext
 from service.api.routes.jobs import job_public
 from service.api.schemas import ReleasePublic
-from service.jobs.async_releases import finish
-from service.jobs.merge_jobs import enqueue_merge
 from service.jobs.queue import RQJobs
-from service.jobs.releases import Artifact
+from service.releases.merge_jobs import enqueue_merge
+from service.releases.pending import finish
+from service.releases.retarget import Artifact
 
 #: deferred merges a request collects: (release id, the merge)
 Deferred = list[tuple[str, Callable[[], Artifact]]]

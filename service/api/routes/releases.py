@@ -22,13 +22,13 @@ from service.api.schemas import (
     RetargetRequest,
 )
 from service.errors import ProfilesPending, Unsupported
-from service.jobs import ledger
-from service.jobs import releases as release_service
-from service.jobs.async_releases import ready
+from service.ledger import charges as ledger
 from service.registry import repository
 from service.registry.db import session_scope
 from service.registry.exposures import list_exposures
 from service.registry.models import Release
+from service.releases import retarget as release_service
+from service.releases.pending import ready
 
 router = APIRouter(tags=["releases"])
 
@@ -98,7 +98,7 @@ async def retarget(body: RetargetRequest, request: Request, ctx: ContextDep) -> 
             with session_scope(ctx.session_factory) as session:
                 release, created = release_service.retarget(
                     session=session,
-                    jobs=ctx.jobs,
+                    profiles=ctx.profiles,
                     blobs=ctx.blobs,
                     dataset_id=body.dataset_id,
                     model_ids=body.model_ids,
@@ -189,7 +189,7 @@ def get_ledger(dataset_id: str, ctx: ContextDep) -> LedgerPublic | JSONResponse:
             exposures = list_exposures(session=session, dataset_id=dataset_id)
             bound = ledger.ledger_bound(
                 session=session,
-                jobs=ctx.jobs,
+                profiles=ctx.profiles,
                 dataset=dataset,
                 releases=ledger.ledger_entries(session, dataset_id),
             )

@@ -11,12 +11,12 @@ from sqlalchemy.exc import IntegrityError
 from service.api.deps import ContextDep
 from service.api.routes.jobs import job_public
 from service.api.schemas import PolicyChangeWebhook, Problem, WebhookAccepted
+from service.deployments import outbox
+from service.deployments import policies as deployment_service
+from service.deployments.runner import dispatch
+from service.deployments.signing import signed_timestamp, verify
 from service.errors import InvalidInput, NotFound, Unauthenticated
-from service.jobs import deployments as deployment_service
-from service.jobs import outbox
 from service.jobs.queue import JobInfo
-from service.jobs.runner import dispatch
-from service.jobs.signing import signed_timestamp, verify
 from service.registry.db import session_scope
 from service.registry.models import WebhookDelivery
 

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_vali
 
 from service.accounting.mechanisms import Mechanism
 from service.api.schemas.common import MAX_BIGINT, MAX_INT, Delta, Epsilon, In, Name, Text
-from service.jobs.ledger import DEFAULT_LEDGER_DELTA
+from service.ledger.charges import DEFAULT_LEDGER_DELTA
 from service.merging.architecture import Architecture
 
 

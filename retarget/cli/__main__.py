@@ -1,0 +1,3 @@
+from retarget.cli import main
+
+raise SystemExit(main())

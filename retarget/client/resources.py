@@ -1,0 +1,234 @@
+"""The operations of each resource (``ops`` generators returning typed records), shared
+by the sync and the async client."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from retarget.client.ops import (
+    Call,
+    Op,
+    Progress,
+    drop_none,
+    json_call,
+    page_params,
+    register,
+    send,
+    weights,
+)
+from retarget.client.types import (
+    Dataset,
+    Deployment,
+    Download,
+    Epsilon,
+    Guarantee,
+    Job,
+    Key,
+    KeyCreated,
+    Ledger,
+    Model,
+    Page,
+    Plan,
+    Release,
+)
+
+
+def _segment(value: str) -> str:
+    return quote(value, safe="")
+
+
+class DatasetOps:
+    @staticmethod
+    def create(
+        name: str,
+        description: str | None,
+        metric: str | None,
+        epsilon_cap: float | None,
+        delta_cap: float | None,
+    ) -> Op[Dataset]:
+        body = drop_none(
+            name=name,
+            description=description,
+            metric=metric,
+            epsilon_cap=epsilon_cap,
+            delta_cap=delta_cap,
+        )
+        return Dataset.model_validate(
+            (yield from json_call(Call("POST", "/v1/datasets", json=body)))
+        )
+
+    @staticmethod
+    def list(offset: int, limit: int) -> Op[Page[Dataset]]:
+        call = Call("GET", "/v1/datasets", params=page_params(offset, limit))
+        return Page[Dataset].model_validate((yield from json_call(call)))
+
+    @staticmethod
+    def get(dataset_id: str) -> Op[Dataset]:
+        call = Call("GET", f"/v1/datasets/{_segment(dataset_id)}")
+        return Dataset.model_validate((yield from json_call(call)))
+
+    @staticmethod
+    def ledger(dataset_id: str) -> Op[Ledger]:
+        call = Call("GET", f"/v1/datasets/{_segment(dataset_id)}/ledger")
+        return Ledger.model_validate((yield from json_call(call)))
+
+    @staticmethod
+    def set_validation(dataset_id: str, split: bytes | str | Path) -> Op[Dataset]:
+        content = split if isinstance(split, bytes) else Path(split).read_bytes()
+        call = Call(
+            "PUT",
+            f"/v1/datasets/{_segment(dataset_id)}/validation",
+            content=content,
+            headers={"Content-Type": "application/octet-stream"},
+        )
+        return Dataset.model_validate((yield from json_call(call)))
+
+
+class ModelOps:
+    @staticmethod
+    def register(file: str | Path, meta: dict[str, Any], progress: Progress | None) -> Op[Model]:
+        return Model.model_validate((yield from register(file, meta, progress)))
+
+    @staticmethod
+    def list(dataset_id: str | None, offset: int, limit: int) -> Op[Page[Model]]:
+        call = Call("GET", "/v1/models", params=page_params(offset, limit, dataset_id=dataset_id))
+        return Page[Model].model_validate((yield from json_call(call)))
+
+    @staticmethod
+    def get(model_id: str) -> Op[Model]:
+        call = Call("GET", f"/v1/models/{_segment(model_id)}")
+        return Model.model_validate((yield from json_call(call)))
+
+    @staticmethod
+    def epsilon(model_id: str, delta: float, accountant: str, wait: float) -> Op[Epsilon]:
+        params = {"delta": delta, "accountant": accountant}
+        call = Call("GET", f"/v1/models/{_segment(model_id)}/epsilon", params=params)
+        return Epsilon.model_validate((yield from json_call(call, wait)))
+
+    @staticmethod
+    def download(model_id: str, target: str | Path, progress: Progress | None) -> Op[Download]:
+        path = f"/v1/models/{_segment(model_id)}/weights"
+        return (yield from weights(path, target, progress, if_changed=False))
+
+
+class PlanOps:
+    @staticmethod
+    def create(
+        dataset_id: str, epsilon: float, delta: float, options: dict[str, Any], wait: float
+    ) -> Op[Plan]:
+        body = drop_none(dataset_id=dataset_id, epsilon=epsilon, delta=delta, **options)
+        return Plan.model_validate(
+            (yield from json_call(Call("POST", "/v1/plans", json=body), wait))
+        )
+
+    @staticmethod
+    def guarantee(
+        dataset_id: str,
+        delta: float,
+        method: str,
+        weights: dict[str, float],
+        accountant: str,
+        wait: float,
+    ) -> Op[Guarantee]:
+        body = {
+            "dataset_id": dataset_id,
+            "delta": delta,
+            "method": method,
+            "accountant": accountant,
+            "weights": [{"model_id": m, "weight": w} for m, w in weights.items()],
+        }
+        call = Call("POST", "/v1/plans/guarantee", json=body)
+        return Guarantee.model_validate((yield from json_call(call, wait)))
+
+
+class ReleaseOps:
+    @staticmethod
+    def create(
+        dataset_id: str, epsilon: float, delta: float, options: dict[str, Any], wait: float
+    ) -> Op[Release]:
+        body = drop_none(dataset_id=dataset_id, epsilon=epsilon, delta=delta, **options)
+        resp = yield from send(Call("POST", "/v1/retarget", json=body), wait)
+        return Release.model_validate({**resp.json(), "created": resp.status_code == 201})
+
+    @staticmethod
+    def get(release_id: str) -> Op[Release]:
+        call = Call("GET", f"/v1/releases/{_segment(release_id)}")
+        return Release.model_validate((yield from json_call(call)))
+
+    @staticmethod
+    def download(release_id: str, target: str | Path, progress: Progress | None) -> Op[Download]:
+        path = f"/v1/releases/{_segment(release_id)}/weights"
+        return (yield from weights(path, target, progress, if_changed=False))
+
+
+class DeploymentOps:
+    @staticmethod
+    def create(
+        name: str,
+        dataset_id: str,
+        epsilon: float,
+        delta: float,
+        method: str | None,
+        accountant: str | None,
+        callback_url: str | None,
+    ) -> Op[Deployment]:
+        body = drop_none(
+            name=name,
+            dataset_id=dataset_id,
+            epsilon=epsilon,
+            delta=delta,
+            method=method,
+            accountant=accountant,
+            callback_url=callback_url,
+        )
+        call = Call("POST", "/v1/deployments", json=body)
+        return Deployment.model_validate((yield from json_call(call)))
+
+    @staticmethod
+    def list(offset: int, limit: int) -> Op[Page[Deployment]]:
+        call = Call("GET", "/v1/deployments", params=page_params(offset, limit))
+        return Page[Deployment].model_validate((yield from json_call(call)))
+
+    @staticmethod
+    def get(name: str) -> Op[Deployment]:
+        call = Call("GET", f"/v1/deployments/{_segment(name)}")
+        return Deployment.model_validate((yield from json_call(call)))
+
+    @staticmethod
+    def set_policy(name: str, epsilon: float, delta: float, reason: str | None) -> Op[Deployment]:
+        body = drop_none(epsilon=epsilon, delta=delta, reason=reason)
+        call = Call("PUT", f"/v1/deployments/{_segment(name)}/policy", json=body)
+        return Deployment.model_validate((yield from json_call(call)))
+
+    @staticmethod
+    def pull(name: str, target: str | Path, progress: Progress | None) -> Op[Download]:
+        path = f"/v1/deployments/{_segment(name)}/model"
+        return (yield from weights(path, target, progress, if_changed=True))
+
+
+class KeyOps:
+    @staticmethod
+    def create(name: str, scopes: list[str]) -> Op[KeyCreated]:
+        call = Call("POST", "/v1/keys", json={"name": name, "scopes": list(scopes)})
+        return KeyCreated.model_validate((yield from json_call(call)))
+
+    @staticmethod
+    def list(offset: int, limit: int) -> Op[Page[Key]]:
+        call = Call("GET", "/v1/keys", params=page_params(offset, limit))
+        return Page[Key].model_validate((yield from json_call(call)))
+
+    @staticmethod
+    def revoke(key_id: str) -> Op[Key]:
+        return Key.model_validate(
+            (yield from json_call(Call("DELETE", f"/v1/keys/{_segment(key_id)}")))
+        )
+
+
+class JobOps:
+    @staticmethod
+    def get(job_id: str) -> Op[Job]:
+        return Job.model_validate(
+            (yield from json_call(Call("GET", f"/v1/jobs/{_segment(job_id)}")))
+        )

@@ -1,0 +1,284 @@
+"""Deployments: a name serving the current release of a dataset under a policy.
+
+A policy change plans and releases anew and points the deployment at the new
+release; if the new policy cannot be met, the deployment keeps serving the
+previous release and the failed change is recorded with its reason. Policies are
+ordered by ``policy_version``: a change older than the current policy is refused
+(409), so a delayed or captured webhook cannot roll a deployment back. The
+announcement of a new release (a callback) is an outbox item written in the same
+transaction as the release (``service.deployments.notifications`` sends it).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from service.accounting.planning import PlanRequestSpec
+from service.deployments import outbox
+from service.deployments.callbacks import AllowList, check_callback_url
+from service.errors import (
+    Busy,
+    Conflict,
+    InvalidInput,
+    NotFound,
+    ProfilesPending,
+    RetargetError,
+    StorageError,
+)
+from service.plans.tasks import Compute, in_thread
+from service.profiles.source import ProfileSource
+from service.registry import repository
+from service.registry.blobs import BlobStore
+from service.registry.db import session_scope
+from service.registry.models import Deployment, DeploymentEvent, Release
+from service.releases import retarget as release_service
+
+log = logging.getLogger(__name__)
+
+
+def get_deployment(*, session: Session, name: str) -> Deployment:
+    row = session.scalar(select(Deployment).where(Deployment.name == name))
+    if row is None:
+        raise NotFound(f"no deployment named {name!r}")
+    return row
+
+
+def list_deployments(
+    *, session: Session, offset: int = 0, limit: int | None = None
+) -> list[Deployment]:
+    query = select(Deployment).order_by(Deployment.created_at, Deployment.id).offset(offset)
+    return list(session.scalars(query.limit(limit) if limit is not None else query))
+
+
+def count_deployments(*, session: Session) -> int:
+    return session.scalar(select(func.count()).select_from(Deployment)) or 0
+
+
+def events(*, session: Session, deployment_id: str, limit: int = 100) -> list[DeploymentEvent]:
+    return list(
+        session.scalars(
+            select(DeploymentEvent)
+            .where(DeploymentEvent.deployment_id == deployment_id)
+            .order_by(DeploymentEvent.created_at.desc(), DeploymentEvent.id)
+            .limit(limit)
+        )
+    )
+
+
+def _spec(dep: Deployment, epsilon: float, delta: float) -> PlanRequestSpec:
+    return PlanRequestSpec(
+        epsilon=epsilon,
+        delta=delta,
+        method=dep.method,  # type: ignore[arg-type]
+        accountant=dep.accountant,  # type: ignore[arg-type]
+    )
+
+
+def create_deployment(
+    *,
+    session: Session,
+    profiles: ProfileSource,
+    blobs: BlobStore,
+    name: str,
+    dataset_id: str,
+    epsilon: float,
+    delta: float,
+    method: str,
+    accountant: str,
+    callback_url: str | None,
+    callback_secret: str | None,
+    callback_allow: AllowList,
+    version: int,
+    compute: Compute = in_thread,
+) -> tuple[Deployment, Release, str | None]:
+    """A new deployment, its first release and (with a callback) the outbox item that
+    announces it; nothing is stored if the release fails. A callback URL naming an
+    internal host is refused (422) unless the operator's allow-list admits it."""
+    if session.scalar(select(Deployment.id).where(Deployment.name == name)) is not None:
+        raise Conflict(f"a deployment named {name!r} already exists")
+    if callback_url is not None:
+        if not callback_secret:
+            raise InvalidInput(
+                "callback_url needs RETARGET_CALLBACK_SECRET on the server "
+                "(notifications are signed)"
+            )
+        check_callback_url(callback_url, callback_allow)
+    repository.get_dataset(session=session, dataset_id=dataset_id)
+    dep = Deployment(
+        name=name,
+        dataset_id=dataset_id,
+        epsilon=epsilon,
+        delta=delta,
+        method=method,
+        accountant=accountant,
+        callback_url=callback_url,
+        policy_version=version,
+    )
+    release, _ = release_service.retarget(
+        session=session,
+        profiles=profiles,
+        blobs=blobs,
+        dataset_id=dataset_id,
+        model_ids=None,
+        spec=_spec(dep, epsilon, delta),
+        deployment=name,
+        compute=compute,
+    )
+    dep.current_release_id = release.id
+    session.add(dep)
+    session.flush()
+    session.add(
+        DeploymentEvent(
+            deployment_id=dep.id,
+            kind="created",
+            epsilon=epsilon,
+            delta=delta,
+            release_id=release.id,
+        )
+    )
+    session.flush()
+    return dep, release, _announce(session, dep, release) if callback_url else None
+
+
+@dataclass(frozen=True)
+class PolicyChange:
+    deployment_id: str
+    release_id: str
+    #: the outbox item announcing the release (None without a callback)
+    notify_item: str | None
+
+
+#: errors that say "not now" rather than "no": the change is retried, not recorded as failed
+TRANSIENT = (Busy, StorageError, ProfilesPending)
+
+
+def check_order(dep: Deployment, version: int) -> None:
+    """Refuse (409) a policy older than the deployment's current one."""
+    if version < dep.policy_version:
+        raise Conflict(
+            f"policy version {version} is older than deployment {dep.name!r}'s current "
+            f"policy (version {dep.policy_version}); refused so a policy cannot be rolled back",
+            current_version=dep.policy_version,
+        )
+
+
+def change_policy(
+    *,
+    session_factory: sessionmaker[Session],
+    profiles: ProfileSource,
+    blobs: BlobStore,
+    name: str,
+    epsilon: float,
+    delta: float,
+    reason: str | None,
+    source: str | None,
+    version: int,
+    refuse_older: bool,
+    notify: bool,
+    item: tuple[str, int] | None = None,
+    compute: Compute = in_thread,
+) -> PolicyChange:
+    """Re-target a deployment at policy ``version``.
+
+    ``refuse_older``: a version older than the current one is a ``Conflict`` (webhooks);
+    otherwise (an operator's PUT) the version only moves forward. ``item`` (outbox id,
+    claimed attempt): the item is finished in the transaction that applies (or refuses)
+    the change, so however often the work runs it happens once (``outbox.Superseded``).
+    On a domain error the deployment keeps its release, the failure is recorded in its
+    history, and the error is raised; transient errors (busy, storage, pending
+    profiles) are raised without a record, to be retried.
+    """
+    with session_scope(session_factory) as session:
+        get_deployment(session=session, name=name)  # an unknown name is a plain 404
+    try:
+        with session_scope(session_factory) as session:
+            dep = get_deployment(session=session, name=name)
+            if refuse_older:
+                check_order(dep, version)
+            release, _ = release_service.retarget(
+                session=session,
+                profiles=profiles,
+                blobs=blobs,
+                dataset_id=dep.dataset_id,
+                model_ids=None,
+                spec=_spec(dep, epsilon, delta),
+                deployment=name,
+                compute=compute,
+            )
+            dep.epsilon, dep.delta = epsilon, delta
+            dep.policy_version = max(dep.policy_version, version)
+            dep.current_release_id = release.id
+            dep.last_error = None
+            dep.updated_at = datetime.now(UTC)
+            session.add(
+                DeploymentEvent(
+                    deployment_id=dep.id,
+                    kind="policy_changed",
+                    epsilon=epsilon,
+                    delta=delta,
+                    release_id=release.id,
+                    reason=reason,
+                    source=source,
+                )
+            )
+            announce = _announce(session, dep, release) if notify and dep.callback_url else None
+            if item is not None:
+                outbox.finish(
+                    session,
+                    *item,
+                    "done",
+                    {"status": "changed", "deployment": name, "release_id": release.id},
+                )
+            return PolicyChange(dep.id, release.id, announce)
+    except TRANSIENT:
+        raise
+    except RetargetError as exc:
+        with session_scope(session_factory) as session:
+            if item is not None:
+                outbox.finish(
+                    session,
+                    *item,
+                    "done",
+                    {"status": "refused", "deployment": name, "reason": exc.detail},
+                )
+            dep = get_deployment(session=session, name=name)
+            dep.last_error = exc.detail
+            dep.updated_at = datetime.now(UTC)
+            session.add(
+                DeploymentEvent(
+                    deployment_id=dep.id,
+                    kind="policy_failed",
+                    epsilon=epsilon,
+                    delta=delta,
+                    release_id=dep.current_release_id,
+                    reason=f"{reason + ': ' if reason else ''}{exc.detail}",
+                    source=source,
+                )
+            )
+        raise
+
+
+def notification(session: Session, dep: Deployment, release: Release) -> dict[str, Any]:
+    """What a callback receives about a release of ``dep``."""
+    return {
+        "deployment": dep.name,
+        "release_id": release.id,
+        "sha256": release.sha256,
+        "epsilon": dep.epsilon,
+        "delta": dep.delta,
+        "model_url": f"/v1/deployments/{dep.name}/model",
+        "kind": release.kind,
+        "archive_url": f"/v1/deployments/{dep.name}/archive",
+    }
+
+
+def _announce(session: Session, dep: Deployment, release: Release) -> str:
+    """The outbox item that will tell ``dep``'s callback about ``release``."""
+    body = notification(session, dep, release)
+    return outbox.add(session, "notify", {"deployment_id": dep.id, "body": body}).id
