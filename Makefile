@@ -8,7 +8,10 @@ BIN := $(VENV)/bin
 # TORCH_INDEX= (empty) to take torch from the configured registry, or a CUDA index
 # on a GPU merge host.
 TORCH_INDEX ?= $(shell command -v nvidia-smi >/dev/null 2>&1 || ! curl -fsS --max-time 3 -o /dev/null https://download.pytorch.org/whl/cpu/ 2>/dev/null || echo https://download.pytorch.org/whl/cpu)
-TORCH_PIN := $(shell sed -n 's/^ *"\(torch==[^"]*\)".*/\1/p' pyproject.toml)
+# The exact torch the tests and CI run on (a local CPU wheel on the CI machine). The server
+# extra in pyproject.toml takes a compatible range; this pin is installed first, so the
+# range is already satisfied.
+TORCH_PIN ?= torch==2.13.0
 
 .PHONY: install install-runtime serve smoke test lint openapi clean
 
