@@ -252,6 +252,8 @@ def plan(d: int, sigma: float, h0: float, max_points: int) -> tuple[float, int, 
     for _ in range(4):
         bins = math.floor(c / h)
         step = split_step(sigma, h, bins + 1, bins)
+        if not np.any(step > 0):  # the body's grid holds no mass: no construction here
+            return None
         w = max(width(d, *chernoff(step, h)), c + 2.0 * h)
         points = w / h + 2.0
         if points <= max_points:

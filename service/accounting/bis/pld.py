@@ -71,7 +71,7 @@ from service.accounting.bis.heavy import ShiftedLaw, heavy_law
 from service.accounting.bis.heavy import plan as heavy_plan
 from service.accounting.bis.rdp import blocks, forward_rdp
 from service.accounting.pld.gaussian import connect_dots
-from service.accounting.pld.pair import PldPair
+from service.accounting.pld.pair import PldPair, dense_self_compose
 from service.accounting.pld.refine import refined_pld
 
 #: Default and largest bin width of the lognormal (on the scale of its mean, 1).
@@ -280,7 +280,11 @@ def _loss_range(
         last = v.shape[0] - 1
         lo = max(1, int(np.searchsorted(np.cumsum(m), TAIL, side="right")))
         hi = last - int(np.searchsorted(np.cumsum(m[::-1]), TAIL, side="right"))
-        return float(v[min(lo, last)]), float(min(curves.top, v[min(hi + 1, last)]))
+        low, high = float(v[min(lo, last)]), float(min(curves.top, v[min(hi + 1, last)]))
+        # where no mass stands above the rounding noise, the grid's first positive value
+        # (any range is sound; this one keeps the logarithms finite)
+        floor = float(v[min(1, last)])
+        return max(low, floor), max(high, floor)
 
     low, high = ends(remove, True)
     r_lo = math.floor(math.log(low) / disc)
@@ -349,11 +353,11 @@ def _compose(parts: list[tuple[pldlib.PrivacyLossDistribution, int]], epochs: in
         raise ValueError(f"epochs must be at least 1, got {epochs}")
     total: pldlib.PrivacyLossDistribution | None = None
     for one, count in parts:
-        part = one.self_compose(count) if count > 1 else one
+        part = dense_self_compose(one, count)
         total = part if total is None else total.compose(part)
     if total is None:
         raise ValueError("no blocks")
-    return PldPair.from_pld(total.self_compose(epochs) if epochs > 1 else total)
+    return PldPair.from_pld(dense_self_compose(total, epochs))
 
 
 def _width(pld: pldlib.PrivacyLossDistribution) -> float:
@@ -383,6 +387,18 @@ def profile_pld(
         longest = max(size for size, _ in blocks(d, k))
         why = f"the lognormal grid of one participation in {longest} steps needs more than"
         return None, discretization, f"{why} {MAX_POINTS} points, even with its tail cut"
+    compositions = epochs * sum(c for _, c in parts)
+    if compositions * discretization > 2.0 * tail_epsilon:
+        # each composition may round the loss up by a grid step: past the RDP curve's
+        # epsilon, the PLD can only be looser (and its PMF is wide and slow to build)
+        return (
+            None,
+            discretization,
+            (
+                f"{compositions} compositions on a grid of {discretization:g} can drift past "
+                "the RDP curve's own bound"
+            ),
+        )
     linear = epochs * sum(c * _width(p) for p, c in parts)
     width = max(max(_width(p) for p, _ in parts), min(linear, 2.0 * tail_epsilon))
     if width / discretization > max_points:

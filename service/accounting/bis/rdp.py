@@ -37,6 +37,10 @@ REVERSE_METHOD = (
     "of E[S^-m], certified quadrature), composed over the k blocks for k > 1; the paper's "
     "second term is not used (it falls below numerical integration)"
 )
+#: Most (overlap, order) terms eq. (3) evaluates (memory and time stay bounded for any
+#: k the schema accepts, up to 10^9).
+EQ3_MAX_CELLS = 4_000_000
+
 #: Labels of the bounds, as ``certified_by`` reports them.
 LABELS = {
     "forward_exact": "forward: exact (Lemma 3.12; moments' power series for k = 1)",
@@ -53,13 +57,16 @@ def forward_rdp(d: int, k: int, noise_multiplier: float, orders: ArrayLike) -> N
 
     Source: Theorem 3.1, eq. (3), first term (via Lemma 3.13 and Corollary 3.14).
     Valid for integer alpha >= 2; computed in log space (log-sum-exp of the
-    hypergeometric weights), exact up to rounding.
+    hypergeometric weights), exact up to rounding. The sum has one term per possible
+    overlap l of two k-subsets; past ``EQ3_MAX_CELLS`` terms times orders it is not
+    computed (inf: the profile takes the other bounds, which are computed for any k).
     """
     a = np.asarray(orders, dtype=np.float64)
     lam = 1.0 / (2.0 * noise_multiplier**2)
-    l_vals = np.arange(0, k + 1, dtype=np.float64)
-    valid = (k - l_vals) <= (d - k)
-    l_vals = l_vals[valid]
+    low = max(0, 2 * k - d)  # the overlap l of two k-subsets of d steps is at least this
+    if (k - low + 1) * max(1, a.size) > EQ3_MAX_CELLS:
+        return np.full(a.shape, np.inf)  # not computed here: the other bounds hold
+    l_vals = np.arange(low, k + 1, dtype=np.float64)
     log_w = (
         _log_binom(k, l_vals) + _log_binom(d - k, k - l_vals) - float(_log_binom(d, np.array(k)))
     )
@@ -156,10 +163,11 @@ def forward_rdp_exact(
     for step in range(1, max(wanted) + 1):
         nxt: dict[tuple[int, ...], list[float]] = {}
         for hist, logp in states.items():
-            choices = _choices(hist, k)
-            work += len(choices)
-            if work > max_work:
+            # never enumerated past the work left: a large k has astronomically many
+            choices = _choices(hist, k, limit=max_work - work)
+            if choices is None:
                 return out
+            work += len(choices)
             for choice in choices:
                 new = [*hist, 0]
                 log_ways = 0.0
@@ -190,20 +198,29 @@ def _logsumexp(values: list[float]) -> float:
     return top + math.log(math.fsum(math.exp(v - top) for v in values))
 
 
-def _choices(hist: tuple[int, ...], k: int) -> list[tuple[int, ...]]:
-    """All ways to pick k coordinates: j_v from the m_v coordinates at each count v."""
+def _choices(hist: tuple[int, ...], k: int, limit: int) -> list[tuple[int, ...]] | None:
+    """All ways to pick k coordinates: j_v from the m_v coordinates at each count v; None
+    when there are more than ``limit`` of them, found without enumerating past that
+    (the search also stops after ``SEARCH_FACTOR * limit`` steps that find nothing)."""
     out: list[tuple[int, ...]] = []
+    last = len(hist) - 1
+    budget = [SEARCH_FACTOR * max(limit, 0) + 1024]
 
-    def rec(v: int, left: int, acc: list[int]) -> None:
-        if v == len(hist):
-            if left == 0:
-                out.append(tuple(acc))
-            return
-        for j in range(min(hist[v], left) + 1):
-            rec(v + 1, left - j, [*acc, j])
+    def rec(v: int, left: int, acc: list[int]) -> bool:
+        budget[0] -= 1
+        if budget[0] < 0:
+            return False
+        if v == last:  # the last count takes what is left, if it can
+            if left <= hist[v]:
+                out.append((*acc, left))
+            return len(out) <= limit
+        return all(rec(v + 1, left - j, [*acc, j]) for j in range(min(hist[v], left) + 1))
 
-    rec(0, k, [])
-    return out
+    return out if rec(0, k, []) else None
+
+
+#: steps the enumeration of choices may take per choice allowed, before it gives up
+SEARCH_FACTOR = 64
 
 
 # -- k participations as k blocks of one --------------------------------------------

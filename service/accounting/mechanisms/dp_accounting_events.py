@@ -84,8 +84,29 @@ CONSTRUCTORS: dict[str, Callable[[Any], dp_event.DpEvent]] = {
 
 
 def to_dp_accounting(node: Any) -> dp_event.DpEvent:
-    """dp_accounting's event for one validated node (the tree is at most MAX_DEPTH deep)."""
+    """dp_accounting's event for one validated node (the tree is at most MAX_DEPTH deep).
+    A branch that releases nothing (``releases_nothing``) is a NoOpDpEvent: dp_accounting
+    divides by zero on some of them (an empty composition under sampling)."""
+    if releases_nothing(node):
+        return dp_event.NoOpDpEvent()
     return CONSTRUCTORS[node.kind](node)
+
+
+def releases_nothing(node: Any) -> bool:
+    """Whether a node releases nothing whatever the data: a NoOp, an empty composition, a
+    count of 0, a sampling probability or sample size of 0, or any of these nested."""
+    kind = node.kind
+    if kind == "NoOpDpEvent":
+        return True
+    if kind == "ComposedDpEvent":
+        return all(releases_nothing(e) for e in node.events)
+    if kind == "SelfComposedDpEvent":
+        return node.count == 0 or releases_nothing(node.event)
+    if kind == "PoissonSampledDpEvent":
+        return node.sampling_probability == 0 or releases_nothing(node.event)
+    if kind == "SampledWithoutReplacementDpEvent":
+        return node.sample_size == 0 or releases_nothing(node.event)
+    return False
 
 
 def rdp_accountant(orders: Any) -> RdpAccountant:

@@ -130,6 +130,11 @@ class PerStep(Record):
         return out
 
 
+#: Most segments a run may have in its canonical form (``schedule``'s limit): a
+#: ``per_step`` spelling must stay within it once equal consecutive steps are merged,
+#: so that every accepted record parses again from its canonical form.
+MAX_SEGMENTS = 100_000
+
 _CONSTANT_FIELDS = ("sampling_rate", "noise_multiplier", "clipping_norm", "steps", "groups")
 
 
@@ -154,7 +159,7 @@ class DPSGD(Record):
     groups: list[ParamGroup] | None = Field(default=None, min_length=1, max_length=4096)
     steps: Steps | None = None
     learning_rate: PositiveFloat | None = None
-    schedule: list[Segment] | None = Field(default=None, min_length=1, max_length=100_000)
+    schedule: list[Segment] | None = Field(default=None, min_length=1, max_length=MAX_SEGMENTS)
     per_step: PerStep | None = None
     #: Momentum SGD (``optimizer: "sgd_momentum"``), PyTorch's convention:
     #: v_t = beta v_(t-1) + (1 - dampening) g_t; the step is lr v_t, or lr (g_t + beta v_t)
@@ -176,6 +181,11 @@ class DPSGD(Record):
             self.segments()  # validates the constant fields together
         elif self.learning_rate is not None:
             raise ValueError("with schedule or per_step, give learning_rate per segment or step")
+        elif self.per_step is not None and (n := len(self.segments())) > MAX_SEGMENTS:
+            raise ValueError(
+                f"per_step describes {n} segments of consecutive equal steps, over the "
+                f"limit of {MAX_SEGMENTS} (the schedule's)"
+            )
         if self.sampling == "shuffle" and not self.accept_poisson_approximation:
             raise ValueError(
                 "sampling 'shuffle' has no tight privacy accounting; set "

@@ -178,15 +178,19 @@ def _bis(
     per_epoch, certified = bis.per_epoch_rdp(d, k, sigma, ints)
     rdp_known = safe(mech.epochs * per_epoch)
     rdp = RdpProfile(ints, rdp_known)
-    pld, width, why = bis_pld.profile_pld(
-        d,
-        k,
-        sigma,
-        mech.epochs,
-        tail_epsilon(ints, rdp_known),
-        discretization,
-        limits.max_pld_points,
-    )
+    try:
+        pld, width, why = bis_pld.profile_pld(
+            d,
+            k,
+            sigma,
+            mech.epochs,
+            tail_epsilon(ints, rdp_known),
+            discretization,
+            limits.max_pld_points,
+        )
+    except (ArithmeticError, ValueError) as exc:
+        # a degenerate law (e.g. the whole mass past the grid): no PLD, the RDP curve stands
+        pld, width, why = None, discretization, f"the PLD could not be built ({exc})"
     notes = [bis.certified_note(certified, ints)]
     if pld is None:
         notes.insert(
