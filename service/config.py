@@ -92,6 +92,24 @@ class Settings(BaseSettings):
         gt=0,
         description="Largest RDP computation (orders x distinct steps); past it, 422 at upload.",
     )
+    profile_budget_s: float = Field(
+        default=600.0,
+        gt=0,
+        description="Wall-clock budget of one profile computation, in a process of its own "
+        "(embedded) or a worker's job (Redis); past it the profile fails and plans leave the "
+        "model out.",
+    )
+    profile_request_wait_s: float = Field(
+        default=60.0,
+        ge=0,
+        description="Longest a request waits for a profile being computed (embedded); then it "
+        "answers 202 (a plan) or goes on without it (a registration).",
+    )
+    profile_failure_ttl_s: float = Field(
+        default=600.0,
+        ge=0,
+        description="How long a failed profile stays failed before it may be computed again.",
+    )
     db_pool_size: int = Field(default=10, ge=1, description="Database connections kept open.")
     db_max_overflow: int = Field(
         default=20, ge=0, description="Connections opened past the pool under load."

@@ -21,8 +21,9 @@ from service.deployments.runner import (
 )
 from service.jobs import worker as queue_worker
 from service.jobs.queue import RQJobs, redis_client
+from service.profiles.compute import PROFILE
 from service.profiles.source import RQProfiles
-from service.profiles.task import PROFILE, profile_task
+from service.profiles.task import profile_task
 from service.registry.db import make_engine, make_sessionmaker
 from service.registry.stores import make_blob_store
 from service.releases.merge_jobs import MERGE, run_merge

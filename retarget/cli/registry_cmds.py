@@ -28,6 +28,8 @@ MODEL_FIELDS = (
     "size_bytes",
     "claim_check",
     "download_url",
+    "retired_at",
+    "retired_reason",
 )
 
 
@@ -177,4 +179,33 @@ def models_epsilon(
     with connect(url, api_key) as rt:
         eps = rt.models.epsilon(model_id, delta=delta, accountant=accountant)
     show(eps, as_json, ("epsilon", "delta", "accountant", "used", "heuristic", "notes"))
+    return 0
+
+
+@models.command("retire")
+def models_retire(
+    model_id: str,
+    reason: Annotated[str, typer.Option("--reason", help="why (kept with the model)")],
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="even if a deployment serves it (it keeps its release)"),
+    ] = False,
+    url: Url = None,
+    api_key: ApiKey = None,
+    as_json: AsJson = False,
+) -> int:
+    """Retire a model (admin): left out of every plan of its dataset; its releases stay in
+    the ledger."""
+    with connect(url, api_key) as rt:
+        show(rt.models.retire(model_id, reason, force=force), as_json, MODEL_FIELDS)
+    return 0
+
+
+@models.command("restore")
+def models_restore(
+    model_id: str, url: Url = None, api_key: ApiKey = None, as_json: AsJson = False
+) -> int:
+    """Make a retired model a candidate of its dataset's plans again (admin)."""
+    with connect(url, api_key) as rt:
+        show(rt.models.restore(model_id), as_json, MODEL_FIELDS)
     return 0

@@ -228,6 +228,14 @@ class Models(_Resource):
     async def get(self, model_id: str) -> Model:
         return await self._c.run(ModelOps.get(model_id))
 
+    async def retire(self, model_id: str, reason: str, *, force: bool = False) -> Model:
+        """Leave the model out of every plan of its dataset (admin)."""
+        return await self._c.run(ModelOps.retire(model_id, reason, force))
+
+    async def restore(self, model_id: str) -> Model:
+        """Make a retired model a candidate again (admin)."""
+        return await self._c.run(ModelOps.restore(model_id))
+
     async def epsilon(
         self, model_id: str, *, delta: float = 1e-5, accountant: str = "best"
     ) -> Epsilon:

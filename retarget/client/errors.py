@@ -18,9 +18,10 @@ class here, found by ``PROBLEMS[slug]``; a slug this client does not know yet gi
         │   ├── InvalidInput ── InvalidUpload, ProfileTooCostly
         │   ├── Conflict ── BudgetExceeded
         │   ├── InfeasibleTarget         carries ``min_epsilon``
-        │   └── Unsupported
+        │   ├── Unsupported
+        │   └── ProfileFailed    the model's profile cannot be computed (over its budget)
         └── ServerError         5xx: the service failed; retrying may help
-            ├── InternalError, ProfileFailed, ProfilesPending, StorageUnavailable
+            ├── InternalError, ProfilesPending, StorageUnavailable
 """
 
 from __future__ import annotations
@@ -155,7 +156,9 @@ class ComputeLimitExceeded(ClientError):
 class InternalError(ServerError): ...
 
 
-class ProfileFailed(ServerError): ...
+class ProfileFailed(ClientError):
+    """The model's privacy profile cannot be computed (over its budget or limits, or its
+    stored record is invalid): plans of its dataset leave it out."""
 
 
 class ProfilesPending(ServerError): ...

@@ -102,6 +102,17 @@ class ModelOps:
         return Model.model_validate((yield from json_call(call)))
 
     @staticmethod
+    def retire(model_id: str, reason: str, force: bool) -> Op[Model]:
+        body = {"reason": reason, "force": force}
+        call = Call("POST", f"/v1/models/{_segment(model_id)}/retire", json=body)
+        return Model.model_validate((yield from json_call(call)))
+
+    @staticmethod
+    def restore(model_id: str) -> Op[Model]:
+        call = Call("POST", f"/v1/models/{_segment(model_id)}/restore")
+        return Model.model_validate((yield from json_call(call)))
+
+    @staticmethod
     def epsilon(model_id: str, delta: float, accountant: str, wait: float) -> Op[Epsilon]:
         params = {"delta": delta, "accountant": accountant}
         call = Call("GET", f"/v1/models/{_segment(model_id)}/epsilon", params=params)

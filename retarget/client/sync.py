@@ -221,6 +221,15 @@ class Models(_Resource):
     def get(self, model_id: str) -> Model:
         return self._c.run(ModelOps.get(model_id))
 
+    def retire(self, model_id: str, reason: str, *, force: bool = False) -> Model:
+        """Leave the model out of every plan of its dataset (admin; ``force`` where a
+        deployment serves it). Its releases stay in the ledger."""
+        return self._c.run(ModelOps.retire(model_id, reason, force))
+
+    def restore(self, model_id: str) -> Model:
+        """Make a retired model a candidate again (admin)."""
+        return self._c.run(ModelOps.restore(model_id))
+
     def epsilon(self, model_id: str, *, delta: float = 1e-5, accountant: str = "best") -> Epsilon:
         return self._c.run(ModelOps.epsilon(model_id, delta, accountant, self._c.wait))
 

@@ -40,6 +40,8 @@ class Model(Record):
     metrics: dict[str, float] = Field(default_factory=dict)
     download_url: str = ""
     created_at: str | None = None
+    retired_at: str | None = None
+    retired_reason: str | None = None
 
 
 class Epsilon(Record):

@@ -26,6 +26,7 @@ from service.api.routes import (
     deployments,
     health,
     keys,
+    model_retirement,
     models,
     plans,
     release_files,
@@ -43,7 +44,8 @@ from service.merging.device import configure_device
 from service.plans.jobs import PlanJobs
 from service.profiles.cache import cost_limits
 from service.profiles.epsilons import EpsilonCache
-from service.profiles.source import InProcessProfiles, ProfileSource, RQProfiles
+from service.profiles.local import InProcessProfiles
+from service.profiles.source import ProfileSource, RQProfiles
 from service.registry import repository
 from service.registry.db import make_engine, make_sessionmaker, pool_options
 from service.registry.stores import make_blob_store
@@ -56,6 +58,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     health.router,
     datasets.router,
     models.router,
+    model_retirement.router,
     plans.router,
     releases.router,
     release_files.router,
@@ -93,6 +96,11 @@ def create_app(
             factory,
             limits=cost_limits(settings),
             cache_bytes=settings.profile_cache_bytes,
+            budget_s=settings.profile_budget_s,
+            wait_s=settings.profile_request_wait_s,
+            failure_ttl_s=settings.profile_failure_ttl_s,
+            memory_bytes=settings.plan_job_memory_bytes,
+            processes=settings.plan_job_workers,
         )
     ctx = AppContext(
         settings=settings,
@@ -166,6 +174,9 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
     finally:
         await run_in_threadpool(app.state.ctx.plan_jobs.close)
+        close_profiles = getattr(app.state.ctx.profiles, "close", None)
+        if close_profiles is not None:
+            await run_in_threadpool(close_profiles)
 
 
 async def _drain_at_start(app: FastAPI) -> None:

@@ -35,7 +35,7 @@ TABLE: dict[type[errors.RetargetError], tuple[int, str, str]] = {
     errors.Busy: (429, "busy", "Busy, retry later"),
     errors.ComputeLimitExceeded: (422, "compute-limit-exceeded", "Computation over its limits"),
     errors.StorageError: (503, "storage-unavailable", "Storage unavailable"),
-    errors.ProfileFailed: (500, "profile-failed", "Profile computation failed"),
+    errors.ProfileFailed: (422, "profile-failed", "Profile computation failed"),
     errors.ProfilesPending: (503, "profiles-pending", "Profiles are being computed"),
     errors.RetargetError: (500, "internal-error", "Internal error"),
 }

@@ -36,7 +36,7 @@ from service.dashboard.common import (
 from service.dashboard.frontier import frontier_chart
 from service.dashboard.svg import render
 from service.errors import ProfilesPending
-from service.plans.planner import TASK_CACHE, candidate_rows, candidates_from, task_cache_key
+from service.plans.planner import TASK_CACHE, candidate_rows, task_cache_key, usable_candidates
 from service.registry import repository
 from service.registry.db import session_scope
 from service.registry.models import Dataset, Model
@@ -132,7 +132,7 @@ def bounded(
             with session_scope(ctx.session_factory) as session:
                 rows = candidate_rows(session=session, dataset_id=dataset_id, model_ids=None)
                 fresh = task_cache_key(task, dataset_id, args, rows)
-                candidates = candidates_from(rows, ctx.profiles, for_lc=True)
+                candidates, _ = usable_candidates(rows, ctx.profiles, for_lc=True)
         except ProfilesPending as exc:
             return pending_response([job_or_queued(ctx.jobs, j) for j in exc.job_ids])
         value = ctx.plan_jobs.compute(task, candidates, *args)

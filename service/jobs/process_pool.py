@@ -57,12 +57,18 @@ log = logging.getLogger(__name__)
 TERM_GRACE_S = 2.0
 
 
+#: what every pool of this process asked the fork server to import (it is one server per
+#: process: whichever pool starts it first, it preloads what all of them named so far)
+_PRELOAD: list[str] = []
+
+
 def start_context(preload: list[str]) -> BaseContext:
     """'forkserver' where the platform has it, else 'spawn'; never 'fork' (the API
     process has threads, and a forked copy would hold its locks and its memory)."""
     if "forkserver" in multiprocessing.get_all_start_methods():
         ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(preload)  # no effect once its server runs
+        _PRELOAD.extend(m for m in preload if m not in _PRELOAD)
+        ctx.set_forkserver_preload(list(_PRELOAD))  # no effect once its server runs
         return ctx
     return multiprocessing.get_context("spawn")
 
@@ -130,6 +136,8 @@ class ProcessPool:
         self.memory_bytes = memory_bytes
         self.handler = handler
         self.preload = list(preload or [])
+        # named now, so a fork server another pool starts first preloads them too
+        _PRELOAD.extend(m for m in self.preload if m not in _PRELOAD)
         self.labels = labels or Labels()
         self.name = name
         self._cond = threading.Condition()

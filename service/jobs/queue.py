@@ -63,21 +63,37 @@ class InProcessJobs:
             self._jobs[job.id] = job
         return job
 
+    def start(self, kind: str, job_id: str | None = None) -> JobInfo:
+        """A job record for work the caller runs itself (here or on its own threads):
+        "started" now; ``finish`` it."""
+        job = self._new(kind, "started", job_id)
+        job.started_at = job.enqueued_at
+        self.counters.incr("jobs_queued")
+        self.counters.incr("jobs_started")
+        return job
+
+    def finish(
+        self, job: JobInfo, *, error: str | None = None, result: dict[str, Any] | None = None
+    ) -> None:
+        """The end of a job ``start`` recorded: "finished", or "failed" with ``error``."""
+        if error is not None:
+            self.counters.incr("jobs_failed")
+            job.status, job.error = "failed", error
+        else:
+            job.status, job.result = "finished", result
+        job.ended_at = datetime.now(UTC)
+
     @contextmanager
     def track(self, kind: str) -> Iterator[JobInfo]:
         """A job record for work the caller does itself, right now: "started" on entry,
         "finished" (or "failed", re-raising) on exit; the caller may set its result."""
-        job = self._new(kind, "started")
-        job.started_at = job.enqueued_at
-        self.counters.incr("jobs_queued")
-        self.counters.incr("jobs_started")
+        job = self.start(kind)
         try:
             yield job
         except Exception as exc:
-            self.counters.incr("jobs_failed")
-            job.status, job.error, job.ended_at = "failed", repr(exc), datetime.now(UTC)
+            self.finish(job, error=repr(exc))
             raise
-        job.status, job.ended_at = "finished", datetime.now(UTC)
+        self.finish(job, result=job.result)
 
     def submit(
         self,
@@ -162,16 +178,18 @@ class RQJobs:
         description: str | None = None,
         result_ttl_s: int = 7 * 24 * 3600,
         meta: dict[str, Any] | None = None,
+        timeout_s: float | None = None,
     ) -> JobInfo:
         """Queue it (``delay_s``: RQ's schedule, queued when due by a worker's scheduler).
         A lost or failed job is retried ``retries`` times (default: the settings'), the
-        first retry at once (a lost worker is not the job's fault), then backing off."""
+        first retry at once (a lost worker is not the job's fault), then backing off.
+        ``timeout_s``: the job's own limit (default: the settings' job timeout)."""
         retries = self.settings.job_retries if retries is None else retries
         options: dict[str, Any] = dict(
             kwargs=kwargs,
             job_id=job_id,
             description=description,
-            job_timeout=self.settings.job_timeout_s,
+            job_timeout=int(timeout_s or self.settings.job_timeout_s),
             result_ttl=result_ttl_s,
             failure_ttl=7 * 24 * 3600,
             retry=Retry(max=retries, interval=[0, 10, 60]) if retries else None,

@@ -24,12 +24,13 @@ from service.accounting.lc.accountant import lc_input
 from service.accounting.mechanisms import Mechanism, canonical_json, parse_mechanism
 from service.accounting.planning import Candidate, Evaluate, Plan, PlanRequestSpec, make_plan
 from service.accounting.planning.guarantees import Guarantee
-from service.errors import InvalidInput, NotFound, StorageError, Unsupported
+from service.accounting.profiles.profile import PrivacyProfile
+from service.errors import InvalidInput, NotFound, ProfileFailed, StorageError, Unsupported
 from service.jobs.lru import Lru
 from service.merging.architecture import Architecture
 from service.merging.validation import Scorer, read_split
 from service.plans.tasks import Compute, in_thread
-from service.profiles.source import ProfileSource, profiles_or_pending
+from service.profiles.source import ProfileSource, profiles_or_failures
 from service.registry import repository
 from service.registry.blobs import BlobStore
 from service.registry.models import Dataset, Model
@@ -38,7 +39,8 @@ from service.registry.models import Dataset, Model
 def candidate_rows(
     *, session: Session, dataset_id: str, model_ids: list[str] | None
 ) -> list[Model]:
-    """The dataset's models (or the named ones, which must all belong to it), in order."""
+    """The dataset's models that are not retired (or the named ones, which must all
+    belong to it and none be retired), in order."""
     repository.get_dataset(session=session, dataset_id=dataset_id)
     if model_ids:
         rows = list(session.scalars(select(Model).where(Model.id.in_(model_ids))))
@@ -53,12 +55,21 @@ def candidate_rows(
                 "different data cannot be merged or selected among for this dataset",
                 foreign=foreign,
             )
+        retired = [m for m in rows if m.retired_at is not None]
+        if retired:
+            raise InvalidInput(
+                f"model {retired[0].id!r} is retired ({retired[0].retired_reason}): it is no "
+                "candidate of any plan",
+                retired=[m.id for m in retired],
+            )
         order = {m: i for i, m in enumerate(model_ids)}
         rows.sort(key=lambda m: order[m.id])
         return rows
     return list(
         session.scalars(
-            select(Model).where(Model.dataset_id == dataset_id).order_by(Model.created_at)
+            select(Model)
+            .where(Model.dataset_id == dataset_id, Model.retired_at.is_(None))
+            .order_by(Model.created_at)
         )
     )
 
@@ -66,34 +77,78 @@ def candidate_rows(
 def candidates_from(
     rows: list[Model], profiles: ProfileSource, *, for_lc: bool = False
 ) -> list[Candidate]:
-    """Candidates with their profiles (``ProfilesPending`` while any is computed).
+    """Candidates with their profiles (``ProfilesPending`` while any is computed,
+    ``ProfileFailed`` if one failed).
 
     ``for_lc``: also the profile of what LC composes jointly for each model (its run
     before the last step), through the same cache and workers as every profile."""
-    mechanisms = [parse_mechanism(row.mechanism) for row in rows]
-    items = [(f"model {row.id!r}", m) for row, m in zip(rows, mechanisms, strict=True)]
+    candidates, left_out = _load(rows, profiles, for_lc=for_lc, strict=True)
+    assert not left_out
+    return candidates
+
+
+def usable_candidates(
+    rows: list[Model], profiles: ProfileSource, *, for_lc: bool = False
+) -> tuple[list[Candidate], list[str]]:
+    """The candidates among ``rows`` that can be planned with, and a note for each model
+    left out: one whose stored mechanism no longer parses or whose profile failed (over
+    its budget, or an error). So one bad registration never breaks the plans of the
+    other models of its dataset. ``ProfilesPending`` while any profile is computed."""
+    return _load(rows, profiles, for_lc=for_lc, strict=False)
+
+
+def _load(
+    rows: list[Model], profiles: ProfileSource, *, for_lc: bool, strict: bool
+) -> tuple[list[Candidate], list[str]]:
+    left_out: list[str] = []
+    parsed: list[tuple[Model, Mechanism]] = []
+    for row in rows:
+        try:
+            parsed.append((row, parse_mechanism(row.mechanism)))
+        except ValueError as exc:  # a record stored under older, looser rules
+            if strict:
+                raise InvalidInput(
+                    f"model {row.id!r}'s stored mechanism is invalid: {exc}"
+                ) from exc
+            left_out.append(f"model {_label(row)} left out: its stored mechanism is invalid")
+    items = [(f"model {row.id!r}", m) for row, m in parsed]
     prefixes: dict[int, int] = {}
     if for_lc:
-        for i, (row, m) in enumerate(zip(rows, mechanisms, strict=True)):
+        for i, (row, m) in enumerate(parsed):
             released = lc_released(m)
             if released is not None:
                 prefixes[i] = len(items)
                 items.append((f"model {row.id!r} before its last step", released))
-    found = profiles_or_pending(profiles, items)
-    return [
-        Candidate(
-            id=row.id,
-            mechanism=mechanism,
-            profile=found[i],
-            metrics={k: float(v) for k, v in (row.metrics or {}).items()},
-            run_id=row.lineage_run_id,
-            step=row.lineage_step,
-            lineage_verified=bool(row.lineage_verified),
-            signature_hash=row.signature_hash,
-            released_profile=found[prefixes[i]] if i in prefixes else None,
+    found = profiles_or_failures(profiles, items)
+    out = []
+    for i, (row, mechanism) in enumerate(parsed):
+        own = found[i]
+        before = found[prefixes[i]] if i in prefixes else None
+        failed = next((f for f in (own, before) if isinstance(f, ProfileFailed)), None)
+        if failed is not None:
+            if strict:
+                raise failed
+            left_out.append(f"model {_label(row)} left out: {failed.detail}")
+            continue
+        assert isinstance(own, PrivacyProfile)
+        out.append(
+            Candidate(
+                id=row.id,
+                mechanism=mechanism,
+                profile=own,
+                metrics={k: float(v) for k, v in (row.metrics or {}).items()},
+                run_id=row.lineage_run_id,
+                step=row.lineage_step,
+                lineage_verified=bool(row.lineage_verified),
+                signature_hash=row.signature_hash,
+                released_profile=before if isinstance(before, PrivacyProfile) else None,
+            )
         )
-        for i, (row, mechanism) in enumerate(zip(rows, mechanisms, strict=True))
-    ]
+    return out, left_out
+
+
+def _label(row: Model) -> str:
+    return f"{row.name!r} ({row.id})"
 
 
 def lc_released(mechanism: Mechanism) -> Mechanism | None:
@@ -177,16 +232,31 @@ def plan_for(
     if spec.objective == "metric" and spec.metric is None and dataset.metric:
         spec = PlanRequestSpec(**{**spec.__dict__, "metric": dataset.metric})
     rows = candidate_rows(session=session, dataset_id=dataset_id, model_ids=model_ids)
+    for_lc = uses_lc(spec) and spec.objective != "validation"
+    candidates, left_out = chosen_candidates(rows, profiles, model_ids, for_lc=for_lc)
+    rows = [r for r in rows if r.id in {c.id for c in candidates}]
     if spec.objective == "validation":  # scores blobs; not worth caching
-        candidates = candidates_from(rows, profiles)
         evaluate = validation_evaluator(blobs=blobs, dataset=dataset, spec=spec, rows=rows)
-        return make_plan(candidates, spec, evaluate)
-    key = plan_cache_key(spec, rows)
-    plan = PLAN_CACHE.get(key)
-    if plan is None:
-        plan = compute("plan", candidates_from(rows, profiles, for_lc=uses_lc(spec)), spec)
-        PLAN_CACHE.put(key, plan)
-    return copy.deepcopy(plan)
+        plan = make_plan(candidates, spec, evaluate)
+    else:
+        key = plan_cache_key(spec, rows)
+        cached = PLAN_CACHE.get(key)
+        if cached is None:
+            cached = compute("plan", candidates, spec)
+            PLAN_CACHE.put(key, cached)
+        plan = copy.deepcopy(cached)
+    plan.notes.extend(left_out)
+    return plan
+
+
+def chosen_candidates(
+    rows: list[Model], profiles: ProfileSource, model_ids: list[str] | None, *, for_lc: bool
+) -> tuple[list[Candidate], list[str]]:
+    """The candidates of a request: every model it names must be usable (an error
+    otherwise); of a whole dataset, the usable ones, with a note for each left out."""
+    if model_ids:
+        return candidates_from(rows, profiles, for_lc=for_lc), []
+    return usable_candidates(rows, profiles, for_lc=for_lc)
 
 
 def plan_cache_key(spec: PlanRequestSpec, rows: list[Model]) -> str:

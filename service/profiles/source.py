@@ -1,12 +1,13 @@
-"""Where plans get profiles: computed here (embedded), or by the workers (Redis).
+"""Where plans get profiles: computed in this process's profile processes (embedded,
+``service.profiles.local``), or by the workers (Redis, here).
 
-A profile is requested by mechanism. ``InProcessProfiles`` computes a missing one in
-the request, caches it in memory and records the computation as a finished job.
-``RQProfiles`` serves it from Redis on a hit; on a miss exactly one job is enqueued
-for that mechanism, however many requests and API replicas ask at once: a ``SET NX``
-lock on the profile key decides who enqueues, and the job id is derived from the key,
-so every asker watches the same job. The worker deletes the lock when the profile is
-cached; the lock's expiry re-opens the door after a job that failed for good.
+A profile is requested by mechanism. ``RQProfiles`` serves it from Redis on a hit; on
+a miss exactly one job is enqueued for that mechanism, however many requests and API
+replicas ask at once: a ``SET NX`` lock on the profile key decides who enqueues, and
+the job id is derived from the key, so every asker watches the same job. The worker
+deletes the lock when the profile is cached; the lock's expiry re-opens the door after
+a job that failed for good. A profile job runs within ``RETARGET_PROFILE_BUDGET_S``
+and is retried once (a lost worker), not more.
 
 After a profile is computed, the claims registered with its mechanism are checked
 (``service.profiles.claims``).
@@ -15,72 +16,33 @@ After a profile is computed, the claims registered with its mechanism are checke
 from __future__ import annotations
 
 import hashlib
-from datetime import UTC, datetime
+import time
 from typing import Protocol
 
 import redis
-from sqlalchemy.orm import Session, sessionmaker
 
-from service.accounting.cost import CostLimits
 from service.accounting.mechanisms import Mechanism, canonical_mechanism, mechanism_hash
 from service.accounting.pld.pair import DEFAULT_DISCRETIZATION
 from service.accounting.profiles.profile import PrivacyProfile
 from service.errors import NotFound, ProfileFailed, ProfilesPending, StorageError
-from service.jobs.queue import InProcessJobs, JobInfo, RQJobs
-from service.profiles.cache import DEFAULT_CACHE_BYTES, MemoryProfileStore, Profiles, profile_key
-from service.profiles.claims import apply_claim_checks
+from service.jobs.queue import JobInfo, RQJobs
+from service.profiles.cache import profile_key
+from service.profiles.compute import PROFILE
 from service.profiles.store import RedisProfileStore
-from service.profiles.task import PROFILE, lock_key
-from service.registry.db import session_scope
+from service.profiles.task import lock_key
 
 
 class ProfileSource(Protocol):
-    def profile(self, mechanism: Mechanism) -> tuple[PrivacyProfile | None, JobInfo | None]:
-        """The profile if cached (or computed here); else the job computing it."""
+    def profile(
+        self, mechanism: Mechanism, wait_s: float | None = None
+    ) -> tuple[PrivacyProfile | None, JobInfo | None]:
+        """The profile if cached (or computed within ``wait_s``, where the source waits);
+        else the job computing it, or the job that failed."""
         ...
 
     def warm(self, mechanism: Mechanism) -> None:
         """Have the profile computed ahead of its first use where that costs no request."""
         ...
-
-
-class InProcessProfiles:
-    """The embedded default: profiles computed in the request, cached in memory."""
-
-    def __init__(
-        self,
-        jobs: InProcessJobs,
-        session_factory: sessionmaker[Session],
-        discretization: float = DEFAULT_DISCRETIZATION,
-        limits: CostLimits | None = None,
-        cache_bytes: int = DEFAULT_CACHE_BYTES,
-    ) -> None:
-        self.jobs = jobs
-        self.profiles = Profiles(MemoryProfileStore(cache_bytes), discretization, limits)
-        self.session_factory = session_factory
-
-    def profile(self, mechanism: Mechanism) -> tuple[PrivacyProfile | None, JobInfo | None]:
-        counters = self.jobs.counters
-        cached = self.profiles.cached(mechanism)
-        if cached is not None:
-            counters.incr("profile_cache_hits")
-            return cached, None
-        counters.incr("profile_cache_misses")
-        with self.jobs.track(PROFILE) as job:
-            start = datetime.now(UTC)
-            profile = self.profiles.get(mechanism)
-            seconds = (datetime.now(UTC) - start).total_seconds()
-            counters.incr("profile_computations")
-            counters.incr("profile_compute_seconds", seconds)
-            with session_scope(self.session_factory) as session:
-                claims = apply_claim_checks(
-                    session=session, mech_hash=profile.mechanism_hash, profile=profile
-                )
-            job.result = {"mechanism_hash": profile.mechanism_hash, "claims_checked": claims}
-        return profile, job
-
-    def warm(self, mechanism: Mechanism) -> None:
-        """Nothing here: a profile in the process is computed on its first use."""
 
 
 def profile_job_id(key: str) -> str:
@@ -95,10 +57,17 @@ class RQProfiles:
         self.client = jobs.client
         self.discretization = discretization
         self.store = RedisProfileStore(jobs.client, local_bytes=jobs.settings.profile_cache_bytes)
+        settings = jobs.settings
+        #: a profile job's limit, and its retries: one (a lost worker), not the settings'
+        #: (a profile past its budget would only spend it again)
+        self.timeout_s = settings.profile_budget_s
+        self.retries = min(settings.job_retries, 1)
         #: A claimed enqueue that never happened (a crash in between) heals after this.
-        self.lock_ttl_s = jobs.settings.job_timeout_s + 600
+        self.lock_ttl_s = int(self.timeout_s * (self.retries + 1)) + 600
 
-    def profile(self, mechanism: Mechanism) -> tuple[PrivacyProfile | None, JobInfo | None]:
+    def profile(
+        self, mechanism: Mechanism, wait_s: float | None = None
+    ) -> tuple[PrivacyProfile | None, JobInfo | None]:
         counters = self.jobs.counters
         key = profile_key(mechanism_hash(mechanism), self.discretization)
         cached = self.store.get(key)
@@ -122,6 +91,8 @@ class RQProfiles:
                 description=f"profile {key}",
                 result_ttl_s=24 * 3600,
                 meta={"key": key},
+                timeout_s=self.timeout_s,
+                retries=self.retries,
             )
         try:
             return None, self.jobs.get(job_id)
@@ -137,8 +108,43 @@ class RQProfiles:
         self.profile(mechanism)
 
 
+def profiles_or_failures(
+    source: ProfileSource, items: list[tuple[str, Mechanism]], wait_s: float | None = None
+) -> list[PrivacyProfile | ProfileFailed]:
+    """The profiles of ``items`` ((label, mechanism) pairs), in order, a ``ProfileFailed``
+    in place of each that failed for good. Raises ``ProfilesPending`` (each job once)
+    while any is still queued or running. Every missing profile is started before any
+    is waited for, and all the waiting together takes at most ``wait_s`` (default: the
+    source's own ``wait_s``, 0 where it has none)."""
+    found = [source.profile(mechanism, wait_s=0.0) for _, mechanism in items]
+    budget = getattr(source, "wait_s", 0.0) if wait_s is None else wait_s
+    deadline = time.monotonic() + budget
+    for i, (_, mechanism) in enumerate(items):
+        profile, job = found[i]
+        if profile is None and job is not None and job.status != "failed":
+            left = deadline - time.monotonic()
+            if left > 0:
+                found[i] = source.profile(mechanism, wait_s=left)
+    out: list[PrivacyProfile | ProfileFailed] = []
+    pending: dict[str, JobInfo] = {}
+    for (label, _), (profile, job) in zip(items, found, strict=True):
+        if profile is not None:
+            out.append(profile)
+            continue
+        assert job is not None
+        if job.status == "failed":
+            out.append(ProfileFailed(f"the profile of {label} failed: {job.error}", job_id=job.id))
+            continue
+        pending[job.id] = job
+    if pending:
+        raise ProfilesPending(
+            f"{len(pending)} privacy profile(s) are being computed", job_ids=list(pending)
+        )
+    return out
+
+
 def profiles_or_pending(
-    source: ProfileSource, items: list[tuple[str, Mechanism]]
+    source: ProfileSource, items: list[tuple[str, Mechanism]], wait_s: float | None = None
 ) -> list[PrivacyProfile]:
     """The profiles of ``items`` ((label, mechanism) pairs), in order.
 
@@ -146,18 +152,8 @@ def profiles_or_pending(
     once) while any is still queued or running.
     """
     out: list[PrivacyProfile] = []
-    pending: dict[str, JobInfo] = {}
-    for label, mechanism in items:
-        profile, job = source.profile(mechanism)
-        if profile is not None:
-            out.append(profile)
-            continue
-        assert job is not None
-        if job.status == "failed":
-            raise ProfileFailed(f"the profile of {label} failed: {job.error}", job_id=job.id)
-        pending[job.id] = job
-    if pending:
-        raise ProfilesPending(
-            f"{len(pending)} privacy profile(s) are being computed", job_ids=list(pending)
-        )
+    for found in profiles_or_failures(source, items, wait_s):
+        if isinstance(found, ProfileFailed):
+            raise found
+        out.append(found)
     return out

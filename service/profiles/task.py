@@ -18,9 +18,6 @@ from service.registry.db import make_engine, make_sessionmaker, session_scope
 
 log = logging.getLogger(__name__)
 
-#: the kind of a profile job
-PROFILE = "profile"
-
 
 def profile_task(mechanism: dict[str, Any], discretization: float) -> dict[str, Any]:
     """Compute a mechanism's profile, cache it in Redis, then check pending claims."""

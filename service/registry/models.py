@@ -139,6 +139,10 @@ class Model(Base):
     recomputed_epsilon: Mapped[float | None] = mapped_column(Float)
 
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    #: retired by an admin (``service.registry.retirement``): kept for the ledger's
+    #: history, left out of every plan of its dataset
+    retired_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    retired_reason: Mapped[str | None] = mapped_column(Text)
 
     dataset: Mapped[Dataset] = relationship(back_populates="models")
 

@@ -50,7 +50,12 @@ from service.accounting.planning import Plan, PlanRequestSpec, default_objective
 from service.errors import BudgetExceeded, StorageError
 from service.ledger.charges import check_cap
 from service.merging.random_selection import select
-from service.plans.planner import candidate_rows, candidates_from, uses_lc, validation_evaluator
+from service.plans.planner import (
+    candidate_rows,
+    chosen_candidates,
+    uses_lc,
+    validation_evaluator,
+)
 from service.plans.tasks import Compute, in_thread
 from service.profiles.source import ProfileSource
 from service.registry import repository
@@ -158,7 +163,8 @@ def retarget(
         spec = PlanRequestSpec(**{**spec.__dict__, "metric": dataset.metric})
     with repository.dataset_lock(session, dataset_id):
         rows = candidate_rows(session=session, dataset_id=dataset_id, model_ids=model_ids)
-        candidates = candidates_from(rows, profiles, for_lc=uses_lc(spec))
+        candidates, left_out = chosen_candidates(rows, profiles, model_ids, for_lc=uses_lc(spec))
+        rows = [r for r in rows if r.id in {c.id for c in candidates}]
         candidate_ids = [c.id for c in candidates]
         key = request_hash(dataset_id, spec, candidate_ids, dtype, max_shard_size)
         existing = repository.release_by_request(
@@ -175,6 +181,7 @@ def retarget(
         plan = (
             make_plan(candidates, spec, evaluate) if evaluate else compute("plan", candidates, spec)
         )
+        plan.notes.extend(left_out)
         exposed = exposed_by(plan)
         check_cap(session, profiles, dataset, (exposed, plan.epsilon, plan.delta))
         models = repository.models_by_id(session=session, model_ids=plan.weights)

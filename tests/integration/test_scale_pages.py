@@ -78,10 +78,10 @@ def test_a_failed_profile_hides_no_other_model(
     bad = mechanism_hash(parse_mechanism(MECHS[1]))
     real = ctx.profiles.profile
 
-    def profile(mechanism):  # type: ignore[no-untyped-def]
+    def profile(mechanism, wait_s=None):  # type: ignore[no-untyped-def]
         if mechanism_hash(mechanism) == bad:
             raise ProfileFailed("the profile is too costly")
-        return real(mechanism)
+        return real(mechanism, wait_s)
 
     monkeypatch.setattr(ctx.profiles, "profile", profile)
     page = client.get(f"/admin/datasets/{ds}")

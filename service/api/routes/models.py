@@ -106,6 +106,8 @@ def to_public(model: Model) -> ModelPublic:
         download_url=f"/v1/models/{model.id}/weights",
         kind=model.kind,
         files=[BundleFile(**f) for f in model.files] if model.files is not None else None,
+        retired_at=model.retired_at,
+        retired_reason=model.retired_reason,
     )
 
 
@@ -360,9 +362,11 @@ def get_model_epsilon(
     """
     model = repository.get_model(session=session, model_id=model_id)
     try:
-        (profile,) = profiles_or_pending(
-            ctx.profiles, [("this model", parse_mechanism(model.mechanism))]
-        )
+        mechanism = parse_mechanism(model.mechanism)
+    except ValueError as exc:  # a record stored under older, looser rules
+        raise InvalidInput(f"the model's stored mechanism is invalid: {exc}") from exc
+    try:
+        (profile,) = profiles_or_pending(ctx.profiles, [("this model", mechanism)])
     except ProfilesPending as exc:
         return pending_response([job_or_queued(ctx.jobs, j) for j in exc.job_ids])
     eps = profile.epsilon(delta, accountant)

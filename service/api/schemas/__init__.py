@@ -31,6 +31,7 @@ from service.api.schemas.registry import (
     Lineage,
     ModelCreate,
     ModelPublic,
+    ModelRetire,
     ModelsPublic,
 )
 from service.api.schemas.releases import (
@@ -72,6 +73,7 @@ __all__ = [
     "Lineage",
     "ModelCreate",
     "ModelPublic",
+    "ModelRetire",
     "ModelsPublic",
     "Name",
     "PendingPublic",

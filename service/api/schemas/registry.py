@@ -136,6 +136,25 @@ class ModelPublic(BaseModel):
     files: list[BundleFile] | None = Field(
         default=None, description="a bundle's files; None for a single safetensors file"
     )
+    retired_at: datetime | None = Field(
+        default=None,
+        description="when an admin retired the model: it is left out of every plan of its "
+        "dataset (its releases stay in the ledger)",
+    )
+    retired_reason: str | None = None
+
+
+class ModelRetire(BaseModel):
+    """Retiring a model: why, and whether to retire one a deployment serves."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reason: str = Field(min_length=1, max_length=2000)
+    force: bool = Field(
+        default=False,
+        description="retire it even though a deployment serves it (the deployment keeps its "
+        "current release until its next policy change)",
+    )
 
 
 class ModelsPublic(BaseModel):
