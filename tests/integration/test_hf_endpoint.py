@@ -6,16 +6,21 @@ tests/e2e/test_hf_clients.py."""
 from __future__ import annotations
 
 import hashlib
+import shutil
 from collections.abc import Iterator
+from pathlib import Path
 
+import httpx2
 import pytest
 from fastapi.testclient import TestClient
 
 from service.api.app import create_app
 from service.config import Settings
+from service.registry.db import make_engine, make_sessionmaker
 from service.releases.revisions import commit_of, release_of
 from tests.conftest import Backend, authorize
 from tests.integration.test_deployments import deploy, seed
+from tests.s3server import S3Bucket
 
 
 @pytest.fixture
@@ -23,6 +28,27 @@ def hub(settings: Settings, backend: Backend) -> Iterator[TestClient]:
     with TestClient(create_app(settings, session_factory=backend.session_factory)) as c:
         authorize(c, backend.session_factory)
         yield c
+
+
+@pytest.fixture
+def s3_client(s3_bucket: S3Bucket, tmp_path: Path, sqlite_template: Path) -> Iterator[TestClient]:
+    """The service with its blobs in a bucket of the test S3 server (SQLite)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    shutil.copy(sqlite_template, data / "retarget.db")
+    settings = Settings(
+        data_dir=data,
+        auto_migrate=False,
+        plan_request_budget_s=600,
+        blob_url=s3_bucket.url,
+        blob_cache_dir=tmp_path / "cache",
+    )
+    engine = make_engine(settings.resolved_database_url)
+    factory = make_sessionmaker(engine)
+    with TestClient(create_app(settings, session_factory=factory)) as client:
+        authorize(client, factory)
+        yield client
+    engine.dispose()
 
 
 def sha(data: bytes) -> str:
@@ -119,3 +145,34 @@ def test_the_hub_endpoint_needs_a_key_with_read(hub: TestClient, backend: Backen
     assert hub.head("/hf/prod/resolve/main/model.safetensors").status_code == 401
     authorize(hub, backend.session_factory, "publish")
     assert hub.get("/hf/prod/resolve/main/model.safetensors").status_code == 403
+
+
+def test_with_a_bucket_files_redirect_to_the_object_with_their_metadata(
+    s3_client: TestClient,
+) -> None:
+    ds = seed(s3_client)
+    dep = deploy(s3_client, ds)
+    release = s3_client.get(f"/v1/releases/{dep['current_release_id']}").json()
+    path = "/hf/prod/resolve/main/model.safetensors"
+    for method in ("HEAD", "GET"):
+        moved = s3_client.request(method, path, follow_redirects=False)
+        assert moved.status_code == 302, moved.text
+        # what a Hub client reads from the redirect itself (it leaves the key behind)
+        assert moved.headers["x-repo-commit"] == commit_of(release["release_id"])
+        assert moved.headers["x-linked-etag"] == f'"{release["sha256"]}"'
+        assert int(moved.headers["x-linked-size"]) == release["size_bytes"]
+        pulled = httpx2.get(moved.headers["location"])  # no API key: a presigned URL
+        assert pulled.status_code == 200 and sha(pulled.content) == release["sha256"]
+
+
+def test_with_a_bucket_a_bundle_uploaded_by_sha256_registers(
+    s3_client: TestClient, tmp_path: Path
+) -> None:
+    from tests.integration.test_uploads import bundle, dataset, put, register
+
+    files = bundle(tmp_path / "b")
+    for data in files.values():
+        assert put(s3_client, data).status_code == 201
+    resp = register(s3_client, dataset(s3_client), "in-bucket", files)
+    assert resp.status_code == 201, resp.text
+    assert {f["sha256"] for f in resp.json()["files"]} == {sha(d) for d in files.values()}
