@@ -161,7 +161,7 @@ def register(
 ) -> Op[dict[str, Any]]:
     path = Path(file)
     if not path.is_file():
-        raise FileNotFoundError(f"no checkpoint file at {path}")
+        raise FileNotFoundError(f"no checkpoint file or bundle folder at {path}")
     call = Call("POST", "/v1/models", upload=Upload(path, metadata, progress))
     return (yield from json_call(call, wait=None))
 
