@@ -70,6 +70,13 @@ class Settings(BaseSettings):
         gt=0,
         description="Largest accepted checkpoint upload (a bundle: all its files together).",
     )
+    upload_ttl_s: int = Field(
+        default=24 * 3600,
+        gt=0,
+        le=30 * 24 * 3600,
+        description="How long a file sent ahead of a bundle's registration (PUT "
+        "/v1/uploads/{sha256}) waits for the registration that names it.",
+    )
     max_metadata_bytes: int = Field(
         default=1024**2, gt=0, description="Largest accepted metadata JSON."
     )

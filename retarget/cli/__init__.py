@@ -2,7 +2,7 @@
 
 Client side (any machine that reaches a service; `--url` or RETARGET_URL, `--api-key`
 or RETARGET_API_KEY, `--json` for machine-readable output): `datasets`, `models`,
-`plan`, `release`, `deployments`, `jobs`, `keys --remote`. Server side, added by the
+`plan`, `release`, `releases`, `deployments`, `jobs`, `keys --remote`. Server side, added by the
 server when it is installed (``retarget.cli.plugins``): `serve`, `worker`, `migrate`,
 `demo`, `openapi`, `selftest` and the local `keys`. Exit codes are in
 ``retarget.cli.output``.
@@ -22,6 +22,7 @@ from retarget.cli.keys_cmds import keys
 from retarget.cli.plugins import HOOKS, load_server
 from retarget.cli.registry_cmds import datasets, models
 from retarget.cli.release_cmds import deployments, jobs, plan, release
+from retarget.cli.transfer_cmds import releases  # also adds `models download`
 from retarget.client.errors import RetargetClientError
 
 __all__ = ["app", "main"]
@@ -58,6 +59,7 @@ app.add_typer(datasets, name="datasets")
 app.add_typer(models, name="models")
 app.command("plan")(plan)
 app.command("release")(release)
+app.add_typer(releases, name="releases")
 app.add_typer(deployments, name="deployments")
 app.add_typer(jobs, name="jobs")
 load_server(app)

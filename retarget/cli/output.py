@@ -17,6 +17,7 @@ import json
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
@@ -127,6 +128,28 @@ def progress_bar(description: str, enabled: bool) -> Iterator[Any]:
 
     with bar:
         yield update
+
+
+def is_file_target(path: Path) -> bool:
+    """Whether a download's ``-o`` names one file (``*.safetensors``) rather than a folder."""
+    return path.suffix == ".safetensors" and not path.is_dir()
+
+
+def show_folder(folder: Any, as_json: bool) -> None:
+    """A folder pulled: JSON, or one line per file and a summary."""
+    if as_json:
+        emit_json(folder)
+        return
+    data = plain(folder)
+    show_rows(data["files"], False, ("path", "size_bytes", "sha256", "changed"))
+    for path in data.get("removed", []):
+        stdout.print(f"removed {path} (not in this release)", markup=False)
+    what = f"release {data['release_id']}" if data.get("release_id") else data.get("kind", "")
+    state = "updated" if data.get("changed") else "already current"
+    stdout.print(
+        f"{data['path']}: {what}, {len(data['files'])} files, sha256 verified ({state})",
+        markup=False,
+    )
 
 
 def exit_code_for(exc: RetargetClientError) -> int:

@@ -12,7 +12,8 @@ from retarget.cli.remote import ApiKey, AsJson, Limit, Offset, Url, connect, jso
 
 datasets = typer.Typer(help="Datasets: create, list, show, ledger.", no_args_is_help=True)
 models = typer.Typer(
-    help="Models: register a checkpoint, list, show, epsilon.", no_args_is_help=True
+    help="Models: register a checkpoint or a bundle, list, show, epsilon, download.",
+    no_args_is_help=True,
 )
 
 DATASET_FIELDS = ("id", "name", "description", "metric", "epsilon_cap", "delta_cap", "created_at")
@@ -99,7 +100,14 @@ def datasets_ledger(
 
 @models.command("register")
 def models_register(
-    path: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="a safetensors file")],
+    path: Annotated[
+        Path,
+        typer.Argument(
+            exists=True,
+            help="a safetensors file, or a bundle folder (shards and index, a PEFT "
+            "adapter, sidecars): uploaded file by file, resumed when run again",
+        ),
+    ],
     dataset: Annotated[str, typer.Option("--dataset", help="the dataset id")],
     name: Annotated[str, typer.Option(help="the model's name")],
     mechanism: Annotated[
@@ -118,7 +126,7 @@ def models_register(
     api_key: ApiKey = None,
     as_json: AsJson = False,
 ) -> int:
-    """Register a checkpoint with the mechanism that trained it."""
+    """Register a checkpoint (a file or a bundle folder) with the mechanism that trained it."""
     mech = json_arg(mechanism, "--mechanism")
     extra = json_arg(meta, "--meta") if meta is not None else None
     if step is not None and run_id is None:

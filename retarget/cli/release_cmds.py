@@ -8,7 +8,16 @@ from typing import Annotated, Any
 
 import typer
 
-from retarget.cli.output import emit_json, plain, progress_bar, show, show_rows, stdout
+from retarget.cli.output import (
+    emit_json,
+    is_file_target,
+    plain,
+    progress_bar,
+    show,
+    show_folder,
+    show_rows,
+    stdout,
+)
 from retarget.cli.remote import Accountant, ApiKey, AsJson, Limit, Method, Offset, Url, connect
 
 deployments = typer.Typer(
@@ -220,15 +229,27 @@ def deployments_set_policy(
 @deployments.command("pull")
 def deployments_pull(
     name: str,
-    output: Annotated[Path, typer.Option("--output", "-o", help="where to write the model")],
+    output: Annotated[
+        Path,
+        typer.Option(
+            "--output",
+            "-o",
+            help="a folder to pull the release's files into (a bundle, or model.safetensors),"
+            " or a file ending in .safetensors for a single-file model",
+        ),
+    ],
     url: Url = None,
     api_key: ApiKey = None,
     as_json: AsJson = False,
 ) -> int:
-    """Download the deployment's current model (kept as it is when already current)."""
+    """Download the deployment's current model (files already current are kept)."""
     with connect(url, api_key) as rt, progress_bar(f"pull {name}", not as_json) as bar:
-        got = rt.deployments.pull(name, output, progress=bar)
-    show(got, as_json, ("path", "sha256", "size_bytes", "changed"))
+        if is_file_target(output):
+            got = rt.deployments.pull(name, output, progress=bar)
+            show(got, as_json, ("path", "sha256", "size_bytes", "changed"))
+            return 0
+        folder = rt.deployments.pull_folder(name, output, progress=bar)
+    show_folder(folder, as_json)
     return 0
 
 

@@ -40,6 +40,7 @@ from retarget.client.types import (
     Deployment,
     Download,
     Epsilon,
+    FolderDownload,
     Guarantee,
     Job,
     Key,
@@ -119,6 +120,16 @@ class AsyncRetargetClient:
             raise ConnectionFailed(f"cannot reach {self.url}: {exc}") from exc
 
     async def _call(self, call: Call) -> httpx.Response:
+        if call.body is not None:
+            return await self._http.request(
+                call.method,
+                call.path,
+                content=call.body.achunks(),
+                headers=call.headers,
+            )
+        if call.form is not None:
+            form = {k: (None, v, "application/json") for k, v in call.form.items()}
+            return await self._http.request(call.method, call.path, files=form)
         if call.upload is None:
             return await self._http.request(
                 call.method,
@@ -205,7 +216,10 @@ class Models(_Resource):
         extra: dict[str, Any] | None = None,
         progress: Progress | None = None,
     ) -> Model:
-        """Register a safetensors checkpoint; ``extra`` metadata fields pass through."""
+        """Register a safetensors checkpoint, or a bundle folder (sharded safetensors and
+        their index, a PEFT adapter and its configuration, sidecars) through resumable
+        uploads: run again after an interruption, only what is missing is sent.
+        ``extra`` metadata fields pass through."""
         meta = ops.metadata_for(
             dataset_id=dataset_id,
             name=name,
@@ -245,6 +259,14 @@ class Models(_Resource):
         self, model_id: str, target: str | Path, *, progress: Progress | None = None
     ) -> Download:
         return await self._c.run(ModelOps.download(model_id, target, progress))
+
+    async def download_folder(
+        self, model_id: str, folder: str | Path, *, progress: Progress | None = None
+    ) -> FolderDownload:
+        """The model's raw files into ``folder`` (``retarget models download``): scope
+        ``models:download``, and every file downloaded is charged to the dataset's
+        ledger as an exposure of this model (refused with 409 past the cap)."""
+        return await self._c.run(ModelOps.download_folder(model_id, folder, progress))
 
 
 class Plans(_Resource):
@@ -293,6 +315,12 @@ class Releases(_Resource):
         body = {"method": method, "accountant": accountant, "deployment": deployment, **options}
         return await self._c.run(ReleaseOps.create(dataset_id, epsilon, delta, body, self._c.wait))
 
+    async def list(
+        self, *, dataset_id: str | None = None, offset: int = 0, limit: int = 50
+    ) -> Page[Release]:
+        """Releases, newest first (of one dataset with ``dataset_id``)."""
+        return await self._c.run(ReleaseOps.list(dataset_id, offset, limit))
+
     async def get(self, release_id: str) -> Release:
         return await self._c.run(ReleaseOps.get(release_id))
 
@@ -300,6 +328,12 @@ class Releases(_Resource):
         self, release_id: str, target: str | Path, *, progress: Progress | None = None
     ) -> Download:
         return await self._c.run(ReleaseOps.download(release_id, target, progress))
+
+    async def download_folder(
+        self, release_id: str, folder: str | Path, *, progress: Progress | None = None
+    ) -> FolderDownload:
+        """Every file of the release into ``folder``, each checked against its sha256."""
+        return await self._c.run(ReleaseOps.download_folder(release_id, folder, progress))
 
 
 class Deployments(_Resource):
@@ -334,6 +368,14 @@ class Deployments(_Resource):
     ) -> Download:
         """The deployment's current model into ``target``; kept as it is when current."""
         return await self._c.run(DeploymentOps.pull(name, target, progress))
+
+    async def pull_folder(
+        self, name: str, folder: str | Path, *, progress: Progress | None = None
+    ) -> FolderDownload:
+        """The files of the deployment's current release into ``folder`` (a bundle, or
+        ``model.safetensors``): files already current are kept, files an earlier pull
+        wrote that this release lacks are removed."""
+        return await self._c.run(DeploymentOps.pull_folder(name, folder, progress))
 
 
 class Keys(_Resource):

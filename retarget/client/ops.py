@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import httpx
 
 from retarget.client.errors import JobFailed, PendingTimeout, error_for
+from retarget.client.folders import BodyFile
 from retarget.client.types import Download, Job
 
 #: A progress callback: bytes done so far, and the total when known.
@@ -38,6 +39,9 @@ class Upload:
 
 @dataclass(frozen=True)
 class Call:
+    """One request. ``body``: a file streamed as the whole body; ``form``: fields sent
+    as multipart/form-data without any file."""
+
     method: str
     path: str
     params: dict[str, Any] | None = None
@@ -45,6 +49,8 @@ class Call:
     content: bytes | None = None
     upload: Upload | None = None
     headers: dict[str, str] = field(default_factory=dict)
+    body: BodyFile | None = None
+    form: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -155,10 +161,7 @@ def register(
 ) -> Op[dict[str, Any]]:
     path = Path(file)
     if not path.is_file():
-        raise FileNotFoundError(f"no checkpoint file at {path}")
-    # TODO(bundles): several `files` parts (shards + index, PEFT adapter + config) and
-    # registration by reference (metadata `weights_uri`, no file) once the service
-    # accepts them; `extra` metadata already passes `weights_uri` through.
+        raise FileNotFoundError(f"no checkpoint file or bundle folder at {path}")
     call = Call("POST", "/v1/models", upload=Upload(path, metadata, progress))
     return (yield from json_call(call, wait=None))
 

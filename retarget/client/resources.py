@@ -7,6 +7,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from retarget.client.bundle_ops import (
+    deployment_pull,
+    model_pull,
+    register_folder,
+    release_pull,
+)
 from retarget.client.ops import (
     Call,
     Op,
@@ -23,6 +29,7 @@ from retarget.client.types import (
     Deployment,
     Download,
     Epsilon,
+    FolderDownload,
     Guarantee,
     Job,
     Key,
@@ -89,7 +96,11 @@ class DatasetOps:
 class ModelOps:
     @staticmethod
     def register(file: str | Path, meta: dict[str, Any], progress: Progress | None) -> Op[Model]:
-        return Model.model_validate((yield from register(file, meta, progress)))
+        """A safetensors file (one multipart upload) or a bundle folder (resumable)."""
+        path = Path(file)
+        if path.is_dir():
+            return Model.model_validate((yield from register_folder(path, meta, progress)))
+        return Model.model_validate((yield from register(path, meta, progress)))
 
     @staticmethod
     def list(dataset_id: str | None, offset: int, limit: int) -> Op[Page[Model]]:
@@ -122,6 +133,12 @@ class ModelOps:
     def download(model_id: str, target: str | Path, progress: Progress | None) -> Op[Download]:
         path = f"/v1/models/{_segment(model_id)}/weights"
         return (yield from weights(path, target, progress, if_changed=False))
+
+    @staticmethod
+    def download_folder(
+        model_id: str, folder: str | Path, progress: Progress | None
+    ) -> Op[FolderDownload]:
+        return (yield from model_pull(model_id, Path(folder), progress))
 
 
 class PlanOps:
@@ -164,6 +181,12 @@ class ReleaseOps:
         return Release.model_validate({**resp.json(), "created": resp.status_code == 201})
 
     @staticmethod
+    def list(dataset_id: str | None, offset: int, limit: int) -> Op[Page[Release]]:
+        params = page_params(offset, limit, dataset_id=dataset_id)
+        call = Call("GET", "/v1/releases", params=params)
+        return Page[Release].model_validate((yield from json_call(call)))
+
+    @staticmethod
     def get(release_id: str) -> Op[Release]:
         call = Call("GET", f"/v1/releases/{_segment(release_id)}")
         return Release.model_validate((yield from json_call(call)))
@@ -172,6 +195,12 @@ class ReleaseOps:
     def download(release_id: str, target: str | Path, progress: Progress | None) -> Op[Download]:
         path = f"/v1/releases/{_segment(release_id)}/weights"
         return (yield from weights(path, target, progress, if_changed=False))
+
+    @staticmethod
+    def download_folder(
+        release_id: str, folder: str | Path, progress: Progress | None
+    ) -> Op[FolderDownload]:
+        return (yield from release_pull(release_id, Path(folder), progress))
 
 
 class DeploymentOps:
@@ -217,6 +246,10 @@ class DeploymentOps:
     def pull(name: str, target: str | Path, progress: Progress | None) -> Op[Download]:
         path = f"/v1/deployments/{_segment(name)}/model"
         return (yield from weights(path, target, progress, if_changed=True))
+
+    @staticmethod
+    def pull_folder(name: str, folder: str | Path, progress: Progress | None) -> Op[FolderDownload]:
+        return (yield from deployment_pull(name, Path(folder), progress))
 
 
 class KeyOps:

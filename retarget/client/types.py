@@ -42,6 +42,8 @@ class Model(Record):
     created_at: str | None = None
     retired_at: str | None = None
     retired_reason: str | None = None
+    kind: str = "safetensors"
+    files: list[dict[str, Any]] | None = None
 
 
 class Epsilon(Record):
@@ -94,6 +96,9 @@ class Release(Record):
     size_bytes: int
     download_url: str
     deployment: str | None = None
+    kind: str = "safetensors"
+    status: str = "done"
+    created_at: str | None = None
     created: bool = Field(
         default=True, description="false when the same request was already served (200)"
     )
@@ -150,6 +155,19 @@ class Download(Record):
     size_bytes: int
     changed: bool = Field(default=True, description="false when the file was already current")
     resumed_from: int = Field(default=0, description="bytes kept from an earlier attempt")
+
+
+class FolderDownload(Record):
+    """A release's (or a model's) files pulled into a folder."""
+
+    path: Path
+    release_id: str | None = None
+    kind: str = ""
+    files: list[Download] = Field(default_factory=list)
+    removed: list[str] = Field(
+        default_factory=list, description="files an earlier pull wrote that this one removed"
+    )
+    changed: bool = Field(default=True, description="false when every file was already current")
 
 
 T = TypeVar("T")

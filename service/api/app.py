@@ -25,12 +25,15 @@ from service.api.routes import (
     datasets,
     deployments,
     health,
+    hf,
     keys,
+    model_files,
     model_retirement,
     models,
     plans,
     release_files,
     releases,
+    uploads,
     webhooks,
 )
 from service.api.routes import jobs as jobs_routes
@@ -59,6 +62,8 @@ ROUTERS: tuple[APIRouter, ...] = (
     datasets.router,
     models.router,
     model_retirement.router,
+    model_files.router,
+    uploads.router,
     plans.router,
     releases.router,
     release_files.router,
@@ -66,6 +71,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     webhooks.router,
     jobs_routes.router,
     keys.router,
+    hf.router,
 )
 
 #: Bodies other than checkpoint uploads are small JSON documents.
@@ -143,8 +149,14 @@ def create_app(
 
     def limit_for(scope: Scope) -> int:
         method, path = scope.get("method"), str(scope.get("path", ""))
-        if (method == "POST" and path == "/v1/models") or (
-            method == "PUT" and path.startswith("/v1/datasets/") and path.endswith("/validation")
+        if (
+            (method == "POST" and path == "/v1/models")
+            or (method == "PUT" and path.startswith("/v1/uploads/"))
+            or (
+                method == "PUT"
+                and path.startswith("/v1/datasets/")
+                and path.endswith("/validation")
+            )
         ):
             return upload_limit
         return max(JSON_BODY_LIMIT, settings.max_metadata_bytes)

@@ -39,6 +39,11 @@ TAGS: list[dict[str, str]] = [
     {"name": "webhooks", "description": "Signed policy changes from other systems"},
     {"name": "jobs", "description": "Accounting and plan jobs"},
     {"name": "keys", "description": "API keys (admin)"},
+    {
+        "name": "hf",
+        "description": "A Hugging Face Hub-compatible read endpoint: deployments and releases "
+        "pulled by huggingface_hub, transformers, vLLM and TGI (HF_ENDPOINT=<service>/hf)",
+    },
     {"name": "operations", "description": "Health, readiness and metrics"},
 ]
 

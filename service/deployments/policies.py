@@ -38,6 +38,7 @@ from service.registry.blobs import BlobStore
 from service.registry.db import session_scope
 from service.registry.models import Deployment, DeploymentEvent, Release
 from service.releases import retarget as release_service
+from service.releases.revisions import commit_of
 
 log = logging.getLogger(__name__)
 
@@ -275,6 +276,9 @@ def notification(session: Session, dep: Deployment, release: Release) -> dict[st
         "model_url": f"/v1/deployments/{dep.name}/model",
         "kind": release.kind,
         "archive_url": f"/v1/deployments/{dep.name}/archive",
+        # the Hub-compatible endpoint (/hf): this release pinned, whatever main becomes
+        "revision": release.id,
+        "commit": commit_of(release.id),
     }
 
 

@@ -323,3 +323,22 @@ class AppSecret(Base):
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
     value: Mapped[str] = mapped_column(String(200))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class Upload(Base):
+    """A blob a key sent ahead of registering a bundle (``PUT /v1/uploads/{sha256}``).
+
+    A registration may name only blobs its own key sent (knowing a sha256 proves
+    nothing); the row goes when the registration that names it commits, or when it
+    expires (``RETARGET_UPLOAD_TTL_S``). ``created``: the upload put the blob in the
+    store, so an expired one may take it out again when nothing else refers to it."""
+
+    __tablename__ = "uploads"
+    __table_args__ = (Index("ix_uploads_created_at", "created_at"),)
+
+    #: the API key's id ("" when auth is off)
+    owner: Mapped[str] = mapped_column(String(36), primary_key=True)
+    sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    size_bytes: Mapped[int] = mapped_column(BigInteger)
+    created: Mapped[bool] = mapped_column(Boolean)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)

@@ -346,6 +346,20 @@ def list_releases(*, session: Session, dataset_id: str) -> list[Release]:
     )
 
 
+def page_releases(
+    *, session: Session, dataset_id: str | None, offset: int, limit: int
+) -> tuple[list[Release], int]:
+    """One page of releases, newest first (of one dataset, or all), and how many there are."""
+    query = select(Release)
+    count = select(func.count()).select_from(Release)
+    if dataset_id is not None:
+        query = query.where(Release.dataset_id == dataset_id)
+        count = count.where(Release.dataset_id == dataset_id)
+    total = session.scalar(count) or 0
+    order = (Release.created_at.desc(), Release.id.desc())
+    return list(session.scalars(query.order_by(*order).offset(offset).limit(limit))), total
+
+
 def models_by_id(*, session: Session, model_ids: Iterable[str]) -> dict[str, Model]:
     ids = list(model_ids)
     if not ids:

@@ -18,6 +18,7 @@ from service.api.app import create_app
 from service.config import Settings
 from service.deployments.signing import sign, verify
 from service.registry.migrate import upgrade
+from service.releases.revisions import commit_of
 from tests.conftest import Backend, authorize
 from tests.helpers import checkpoint_bytes, sgd, upload
 
@@ -251,7 +252,9 @@ def test_callback_is_signed_and_retried_until_it_lands(sqlite_client: TestClient
     raw, headers = Receiver.received[-1]
     delivery = headers["X-Retarget-Delivery"]
     assert verify("callback-secret", delivery, raw, headers["X-Retarget-Signature"], 300) == ""
-    assert json.loads(raw)["release_id"] == dep["current_release_id"]
+    sent = json.loads(raw)
+    assert sent["release_id"] == sent["revision"] == dep["current_release_id"]
+    assert sent["commit"] == commit_of(dep["current_release_id"])  # what /hf pins it by
 
 
 def test_a_callback_that_never_lands_is_visible(sqlite_client: TestClient) -> None:

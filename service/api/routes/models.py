@@ -1,21 +1,19 @@
 from __future__ import annotations
 
-import json
 import logging
 import math
-from typing import IO, Annotated, Any, Literal
+from typing import IO, Annotated, Literal
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
-from pydantic import ValidationError
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.formparsers import MultiPartException, MultiPartParser
 
 from service.accounting.conversions import round_up
 from service.accounting.cost import refusal
-from service.accounting.mechanisms import error_messages, parse_mechanism
+from service.accounting.mechanisms import parse_mechanism
 from service.accounting.profiles.profile import ACCOUNTANTS
 from service.api.blob_responses import WEIGHTS_RESPONSES, blob_response, not_modified
 from service.api.context import Principal
@@ -28,7 +26,7 @@ from service.api.deps import (
     require,
 )
 from service.api.routes.jobs import job_or_queued, pending_response
-from service.api.routes.model_uploads import UPLOAD_BODY
+from service.api.routes.model_uploads import UPLOAD_BODY, parse_metadata
 from service.api.routes.plans import RECENT as RECENT_PLANS
 from service.api.schemas import (
     BundleFile,
@@ -57,11 +55,12 @@ from service.profiles.cache import cost_limits
 from service.profiles.claims import apply_claim_checks
 from service.profiles.source import profiles_or_pending
 from service.registry import repository
-from service.registry.bundles import register_bundle
+from service.registry.bundles import register_bundle, register_uploaded_bundle
 from service.registry.db import session_scope
 from service.registry.keys import DOWNLOAD_SCOPE
 from service.registry.models import Model
 from service.registry.references import open_reference
+from service.registry.uploads import owner_of
 
 log = logging.getLogger(__name__)
 
@@ -111,28 +110,12 @@ def to_public(model: Model) -> ModelPublic:
     )
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a number JSON allows")
-
-
-def parse_metadata(raw: str | bytes) -> ModelCreate:
-    try:
-        data = json.loads(raw, parse_constant=_reject_constant)
-    except (ValueError, RecursionError) as exc:
-        raise InvalidInput(f"metadata is not valid JSON: {exc}") from exc
-    try:
-        return ModelCreate.model_validate(data)
-    except ValidationError as exc:
-        errs = error_messages(exc, prefix="metadata")
-        detail = "; ".join(f"{e['field']}: {e['message']}" for e in errs[:5])
-        raise InvalidInput(f"invalid metadata: {detail}", errors=errs) from exc
-
-
 def _register(
     ctx: AppContext,
     meta: ModelCreate,
     weights: IO[bytes] | None,
     files: list[tuple[str, IO[bytes]]] | None = None,
+    owner: str | None = None,
 ) -> ModelPublic:
     reason = refusal(meta.mechanism, cost_limits(ctx.settings))
     if reason is not None:
@@ -153,7 +136,16 @@ def _register(
     with session_scope(ctx.session_factory) as session:
         limit = ctx.settings.max_upload_bytes
         model_id = (
-            register_bundle(
+            register_uploaded_bundle(
+                session=session,
+                blobs=ctx.blobs,
+                spec=spec,
+                files=[(f.path, f.sha256) for f in meta.files],
+                owner=owner,
+                max_bytes=limit,
+            ).id
+            if meta.files is not None and owner is not None
+            else register_bundle(
                 session=session, blobs=ctx.blobs, spec=spec, files=files, max_bytes=limit
             ).id
             if files is not None
@@ -191,7 +183,6 @@ def _register(
 @router.post(
     "",
     operation_id="models_register",
-    dependencies=[require("publish")],
     status_code=201,
     response_model=ModelPublic,
     openapi_extra=UPLOAD_BODY,
@@ -203,9 +194,12 @@ def _register(
         422: {"model": Problem},
     },
 )
-async def create_model(request: Request, ctx: ContextDep) -> ModelPublic:
+async def create_model(
+    request: Request, ctx: ContextDep, who: Annotated[Principal, require("publish")]
+) -> ModelPublic:
     """Register a checkpoint: multipart ``weights`` (safetensors) and ``metadata`` (JSON),
-    or ``metadata`` alone naming the checkpoint by ``weights_uri`` (s3:// or file://).
+    or ``metadata`` alone naming the checkpoint by ``weights_uri`` (s3:// or file://), or
+    a bundle by ``files`` parts or, uploaded beforehand, by ``metadata.files``.
 
     Nothing is stored unless the metadata is valid, the dataset exists, the
     name and version are free and the file is a complete safetensors file.
@@ -236,6 +230,13 @@ async def create_model(request: Request, ctx: ContextDep) -> ModelPublic:
         else:
             meta = parse_metadata(raw)
         parts = form.getlist("files")
+        if meta.files is not None:
+            if weights is not None or parts or meta.weights_uri is not None:
+                raise InvalidInput(
+                    "metadata.files names uploads: send no file parts or weights_uri"
+                )
+            owner = owner_of(who.key_id)
+            return await run_in_threadpool(_register, ctx, meta, None, None, owner)
         if meta.weights_uri is not None:
             if weights is not None or parts:
                 raise InvalidInput(

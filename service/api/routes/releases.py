@@ -1,13 +1,15 @@
 from __future__ import annotations
 
-from fastapi import APIRouter, Request, Response
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, RedirectResponse
 
 from service.accounting.conversions import round_up
 from service.accounting.planning import Plan
 from service.api.blob_responses import WEIGHTS_RESPONSES, blob_response
-from service.api.deps import BlobsDep, ContextDep, SessionDep, require
+from service.api.deps import BlobsDep, ContextDep, Limit, Offset, SessionDep, require
 from service.api.routes.jobs import job_or_queued, pending_response
 from service.api.routes.plans import spec_from, to_public
 from service.api.routes.release_jobs import Deferred, pending_release, submit
@@ -19,6 +21,7 @@ from service.api.schemas import (
     PlanWeight,
     Problem,
     ReleasePublic,
+    ReleasesPublic,
     RetargetRequest,
 )
 from service.errors import ProfilesPending, Unsupported
@@ -136,6 +139,27 @@ async def retarget(body: RetargetRequest, request: Request, ctx: ContextDep) -> 
         public.model_dump(mode="json"),
         status_code=201 if created else 200,
         headers={"Location": f"/v1/releases/{public.release_id}"},
+    )
+
+
+@router.get(
+    "/v1/releases",
+    operation_id="releases_list",
+    dependencies=[require("read")],
+    response_model=ReleasesPublic,
+)
+def list_releases(
+    session: SessionDep,
+    dataset_id: Annotated[str | None, Query(max_length=36)] = None,
+    offset: Offset = 0,
+    limit: Limit = 50,
+) -> ReleasesPublic:
+    """Releases, newest first; ``dataset_id`` keeps one dataset's."""
+    rows, total = repository.page_releases(
+        session=session, dataset_id=dataset_id, offset=offset, limit=limit
+    )
+    return ReleasesPublic(
+        data=[release_public(r) for r in rows], count=total, offset=offset, limit=limit
     )
 
 

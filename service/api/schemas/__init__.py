@@ -40,13 +40,21 @@ from service.api.schemas.releases import (
     LedgerPublic,
     ReleaseFilesPublic,
     ReleasePublic,
+    ReleasesPublic,
     RetargetRequest,
+)
+from service.api.schemas.uploads import (
+    BundleFileRef,
+    UploadPublic,
+    UploadsMissingPublic,
+    UploadsMissingRequest,
 )
 
 __all__ = [
     "MAX_BIGINT",
     "MAX_INT",
     "BundleFile",
+    "BundleFileRef",
     "Claimed",
     "CumulativePublic",
     "DatasetCreate",
@@ -85,7 +93,11 @@ __all__ = [
     "Problem",
     "ReleaseFilesPublic",
     "ReleasePublic",
+    "ReleasesPublic",
     "RetargetRequest",
     "Text",
+    "UploadPublic",
+    "UploadsMissingPublic",
+    "UploadsMissingRequest",
     "WebhookAccepted",
 ]

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_vali
 
 from service.accounting.mechanisms import Mechanism
 from service.api.schemas.common import MAX_BIGINT, MAX_INT, Delta, Epsilon, In, Name, Text
+from service.api.schemas.uploads import BundleFileRef
 from service.ledger.charges import DEFAULT_LEDGER_DELTA
 from service.merging.architecture import Architecture
 
@@ -96,6 +97,13 @@ class ModelCreate(In):
         description="the checkpoint by reference instead of a 'weights' part: s3://bucket/key "
         "(a bucket of RETARGET_REFERENCE_BUCKETS) or file:///path (under "
         "RETARGET_REFERENCE_ROOT); copied into the service's store and checked as an upload",
+    )
+    files: list[BundleFileRef] | None = Field(
+        default=None,
+        max_length=1024,
+        description="a bundle by its uploads instead of file parts: each file's path and the "
+        "sha256 this key uploaded it under (PUT /v1/uploads/{sha256}); a sha256 not uploaded "
+        "by this key is refused (422 with 'missing')",
     )
 
 

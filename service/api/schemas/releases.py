@@ -50,6 +50,13 @@ class ReleasePublic(BaseModel):
     plan: PlanPublic
 
 
+class ReleasesPublic(BaseModel):
+    data: list[ReleasePublic]
+    count: int
+    offset: int
+    limit: int
+
+
 class CumulativePublic(BaseModel):
     epsilon: float
     delta: float
