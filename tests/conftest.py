@@ -146,7 +146,8 @@ def committed_db(postgres_url: str) -> Iterator[str]:
     with engine.begin() as conn:
         conn.execute(
             text(
-                "TRUNCATE releases, models, datasets, api_keys, outbox, webhook_deliveries, uploads CASCADE"
+                "TRUNCATE releases, models, datasets, api_keys, outbox, webhook_deliveries, "
+                "uploads CASCADE"
             )
         )
     engine.dispose()

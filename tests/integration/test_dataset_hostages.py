@@ -194,3 +194,18 @@ def test_retiring_needs_admin_and_a_reason(client: TestClient, backend: Backend)
     assert client.post(f"/v1/models/{model}/retire", json={"reason": " "}).status_code == 422
     authorize(client, backend.session_factory, "publish", "read")
     assert client.post(f"/v1/models/{model}/retire", json={"reason": "x"}).status_code == 403
+
+
+def test_the_dashboard_shows_a_retired_model_and_why(client: TestClient) -> None:
+    from service.dashboard.auth import COOKIE
+
+    ds = _dataset(client)
+    model = _register(client, ds, "old", sgd(2.0, steps=100)).json()["id"]
+    client.post(f"/v1/models/{model}/retire", json={"reason": "trained on a leaked shard"})
+    key = client.post("/v1/keys", json={"name": "viewer", "scopes": ["read"]}).json()
+    signer = client.app.state.session_signer  # type: ignore[attr-defined]
+    client.cookies.set(COOKIE, signer.issue(key["id"]), path="/admin")
+    page = client.get(f"/admin/models/{model}")
+    assert page.status_code == 200
+    assert "retired" in page.text and "trained on a leaked shard" in page.text
+    assert "retired" in client.get(f"/admin/datasets/{ds}").text
