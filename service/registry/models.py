@@ -165,9 +165,7 @@ class ModelAliasEvent(Base):
     """The history of an alias: every set, move and delete, with who did it."""
 
     __tablename__ = "model_alias_events"
-    __table_args__ = (
-        Index("ix_model_alias_events_name", "dataset_id", "name", "created_at"),
-    )
+    __table_args__ = (Index("ix_model_alias_events_name", "dataset_id", "name", "created_at"),)
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
     dataset_id: Mapped[str] = mapped_column(ForeignKey("datasets.id", ondelete="RESTRICT"))

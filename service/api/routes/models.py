@@ -27,6 +27,7 @@ from service.api.deps import (
     SessionDep,
     require,
 )
+from service.api.naming import ExistOk, dataset_id_of, existing_model, labelled, with_labels
 from service.api.routes.jobs import job_or_queued, pending_response
 from service.api.routes.model_uploads import UPLOAD_BODY
 from service.api.routes.plans import RECENT as RECENT_PLANS
@@ -56,7 +57,7 @@ from service.plans.planner import lc_released
 from service.profiles.cache import cost_limits
 from service.profiles.claims import apply_claim_checks
 from service.profiles.source import profiles_or_pending
-from service.registry import repository
+from service.registry import names, repository
 from service.registry.bundles import register_bundle
 from service.registry.db import session_scope
 from service.registry.keys import DOWNLOAD_SCOPE
@@ -131,12 +132,13 @@ def _register(
     meta: ModelCreate,
     weights: IO[bytes] | None,
     files: list[tuple[str, IO[bytes]]] | None = None,
-) -> ModelPublic:
+    exist_ok: bool = False,
+) -> ModelPublic | JSONResponse:
     reason = refusal(meta.mechanism, cost_limits(ctx.settings))
     if reason is not None:
         raise ProfileTooCostly(f"mechanism refused: {reason}")
     spec = repository.ModelSpec(
-        dataset_id=meta.dataset_id,
+        dataset_id=dataset_id_of(ctx, meta.dataset_id),
         name=meta.name,
         version=meta.version,
         mechanism=meta.mechanism,
@@ -148,6 +150,9 @@ def _register(
         architecture=meta.architecture.model_dump() if meta.architecture else None,
         check_signature=meta.architecture.check if meta.architecture else None,
     )
+    found = existing_model(ctx, meta, spec, weights, files, to_public) if exist_ok else None
+    if found is not None:
+        return JSONResponse(found.model_dump(mode="json"), status_code=200)
     with session_scope(ctx.session_factory) as session:
         limit = ctx.settings.max_upload_bytes
         model_id = (
@@ -183,7 +188,8 @@ def _register(
         if profile is not None and meta.claimed is not None:
             # cached already (or computed just now): check this model's claim here
             apply_claim_checks(session=session, mech_hash=profile.mechanism_hash, profile=profile)
-        return to_public(repository.get_model(session=session, model_id=model_id))
+        row = repository.get_model(session=session, model_id=model_id)
+        return labelled(session, row, to_public(row))
 
 
 @router.post(
@@ -201,9 +207,12 @@ def _register(
         422: {"model": Problem},
     },
 )
-async def create_model(request: Request, ctx: ContextDep) -> ModelPublic:
+async def create_model(
+    request: Request, ctx: ContextDep, exist_ok: ExistOk = False
+) -> ModelPublic | JSONResponse:
     """Register a checkpoint: multipart ``weights`` (safetensors) and ``metadata`` (JSON),
     or ``metadata`` alone naming the checkpoint by ``weights_uri`` (s3:// or file://).
+    ``metadata.dataset_id`` is the dataset's id or name.
 
     Nothing is stored unless the metadata is valid, the dataset exists, the
     name and version are free and the file is a complete safetensors file.
@@ -240,7 +249,7 @@ async def create_model(request: Request, ctx: ContextDep) -> ModelPublic:
                     "send either metadata.weights_uri or the file parts ('weights' or "
                     "'files'), not both"
                 )
-            return await run_in_threadpool(_register, ctx, meta, None)
+            return await run_in_threadpool(_register, ctx, meta, None, None, exist_ok)
         if parts:
             if weights is not None:
                 raise InvalidInput("send either one 'weights' part or 'files' parts, not both")
@@ -249,10 +258,10 @@ async def create_model(request: Request, ctx: ContextDep) -> ModelPublic:
             ]
             if len(files) != len(parts):
                 raise InvalidInput("each 'files' part must be a file named by its bundle path")
-            return await run_in_threadpool(_register, ctx, meta, None, files)
+            return await run_in_threadpool(_register, ctx, meta, None, files, exist_ok)
         if not isinstance(weights, UploadFile):
             raise InvalidInput("the 'weights' part must be a file (a safetensors checkpoint)")
-        return await run_in_threadpool(_register, ctx, meta, weights.file)
+        return await run_in_threadpool(_register, ctx, meta, weights.file, None, exist_ok)
     finally:
         await form.close()
 
@@ -262,14 +271,14 @@ async def create_model(request: Request, ctx: ContextDep) -> ModelPublic:
 )
 def list_models(
     session: SessionDep,
-    dataset_id: Annotated[str | None, Query(max_length=36)] = None,
+    dataset_id: Annotated[str | None, Query(max_length=200, description="its id or name")] = None,
     offset: Offset = 0,
     limit: Limit = 50,
 ) -> ModelsPublic:
-    rows, total = repository.list_models(
-        session=session, dataset_id=dataset_id, offset=offset, limit=limit
-    )
-    return ModelsPublic(data=[to_public(m) for m in rows], count=total, offset=offset, limit=limit)
+    ds = names.dataset_id(session=session, ref=dataset_id) if dataset_id else None
+    rows, total = repository.list_models(session=session, dataset_id=ds, offset=offset, limit=limit)
+    data = with_labels(session, rows, [to_public(m) for m in rows])
+    return ModelsPublic(data=data, count=total, offset=offset, limit=limit)
 
 
 @router.get(
@@ -280,7 +289,9 @@ def list_models(
     responses={404: {"model": Problem}},
 )
 def get_model(model_id: str, session: SessionDep) -> ModelPublic:
-    return to_public(repository.get_model(session=session, model_id=model_id))
+    """A model by id (by name: ``/v1/datasets/{dataset}/models/{NAME@VERSION}``)."""
+    row = repository.get_model(session=session, model_id=model_id)
+    return labelled(session, row, to_public(row))
 
 
 @router.get(

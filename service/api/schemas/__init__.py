@@ -11,6 +11,16 @@ from service.api.schemas.deployments import (
     WebhookAccepted,
 )
 from service.api.schemas.keys import KeyCreate, KeyCreated, KeyPublic, KeysPublic
+from service.api.schemas.names import (
+    AliasesPublic,
+    AliasEventPublic,
+    AliasMoved,
+    AliasPublic,
+    AliasSet,
+    RetargetQueued,
+    TagsPublic,
+    TagsUpdate,
+)
 from service.api.schemas.plans import (
     GuaranteePublic,
     GuaranteeRequest,
@@ -45,6 +55,11 @@ from service.api.schemas.releases import (
 __all__ = [
     "MAX_BIGINT",
     "MAX_INT",
+    "AliasEventPublic",
+    "AliasMoved",
+    "AliasPublic",
+    "AliasSet",
+    "AliasesPublic",
     "BundleFile",
     "Claimed",
     "CumulativePublic",
@@ -83,7 +98,10 @@ __all__ = [
     "Problem",
     "ReleaseFilesPublic",
     "ReleasePublic",
+    "RetargetQueued",
     "RetargetRequest",
+    "TagsPublic",
+    "TagsUpdate",
     "Text",
     "WebhookAccepted",
 ]
