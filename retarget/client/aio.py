@@ -17,6 +17,7 @@ import httpx
 import retarget.client.ops as ops
 from retarget.client.config import resolve
 from retarget.client.errors import ConnectionFailed
+from retarget.client.naming import AsyncModelNames
 from retarget.client.ops import DEFAULT_WAIT_S, Call, Fetch, Op, Progress, Sleep, T
 from retarget.client.resources import (
     DatasetOps,
@@ -130,7 +131,9 @@ class AsyncRetargetClient:
             )
         data, files, reader = multipart(call.upload)
         try:
-            return await self._http.request(call.method, call.path, data=data, files=files)
+            return await self._http.request(
+                call.method, call.path, params=call.params, data=data, files=files
+            )
         finally:
             reader.close()
 
@@ -169,9 +172,10 @@ class Datasets(_Resource):
         metric: str | None = None,
         epsilon_cap: float | None = None,
         delta_cap: float | None = None,
+        exist_ok: bool = False,
     ) -> Dataset:
         return await self._c.run(
-            DatasetOps.create(name, description, metric, epsilon_cap, delta_cap)
+            DatasetOps.create(name, description, metric, epsilon_cap, delta_cap, exist_ok)
         )
 
     async def list(self, *, offset: int = 0, limit: int = 50) -> Page[Dataset]:
@@ -188,7 +192,7 @@ class Datasets(_Resource):
         return await self._c.run(DatasetOps.set_validation(dataset_id, split))
 
 
-class Models(_Resource):
+class Models(_Resource, AsyncModelNames):
     async def register(
         self,
         file: str | Path,
@@ -204,6 +208,7 @@ class Models(_Resource):
         architecture: dict[str, Any] | None = None,
         extra: dict[str, Any] | None = None,
         progress: Progress | None = None,
+        exist_ok: bool = False,
     ) -> Model:
         """Register a safetensors checkpoint; ``extra`` metadata fields pass through."""
         meta = ops.metadata_for(
@@ -218,7 +223,7 @@ class Models(_Resource):
             architecture=architecture,
             extra=extra,
         )
-        return await self._c.run(ModelOps.register(file, meta, progress))
+        return await self._c.run(ModelOps.register(file, meta, progress, exist_ok))
 
     async def list(
         self, *, dataset_id: str | None = None, offset: int = 0, limit: int = 50
@@ -298,16 +303,28 @@ class Deployments(_Resource):
     async def create(
         self,
         name: str,
-        dataset_id: str,
+        dataset_id: str | None,
         epsilon: float,
         delta: float,
         *,
         method: str | None = None,
         accountant: str | None = None,
         callback_url: str | None = None,
+        follows: str | None = None,
+        exist_ok: bool = False,
     ) -> Deployment:
         return await self._c.run(
-            DeploymentOps.create(name, dataset_id, epsilon, delta, method, accountant, callback_url)
+            DeploymentOps.create(
+                name,
+                dataset_id,
+                epsilon,
+                delta,
+                method,
+                accountant,
+                callback_url,
+                follows,
+                exist_ok,
+            )
         )
 
     async def list(self, *, offset: int = 0, limit: int = 50) -> Page[Deployment]:

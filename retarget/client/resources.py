@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from retarget.client.naming import ModelNameOps, model_path
 from retarget.client.ops import (
     Call,
     Op,
@@ -47,6 +48,7 @@ class DatasetOps:
         metric: str | None,
         epsilon_cap: float | None,
         delta_cap: float | None,
+        exist_ok: bool = False,
     ) -> Op[Dataset]:
         body = drop_none(
             name=name,
@@ -55,8 +57,9 @@ class DatasetOps:
             epsilon_cap=epsilon_cap,
             delta_cap=delta_cap,
         )
+        params = {"exist_ok": "true"} if exist_ok else None
         return Dataset.model_validate(
-            (yield from json_call(Call("POST", "/v1/datasets", json=body)))
+            (yield from json_call(Call("POST", "/v1/datasets", params=params, json=body)))
         )
 
     @staticmethod
@@ -88,8 +91,10 @@ class DatasetOps:
 
 class ModelOps:
     @staticmethod
-    def register(file: str | Path, meta: dict[str, Any], progress: Progress | None) -> Op[Model]:
-        return Model.model_validate((yield from register(file, meta, progress)))
+    def register(
+        file: str | Path, meta: dict[str, Any], progress: Progress | None, exist_ok: bool = False
+    ) -> Op[Model]:
+        return Model.model_validate((yield from register(file, meta, progress, exist_ok)))
 
     @staticmethod
     def list(dataset_id: str | None, offset: int, limit: int) -> Op[Page[Model]]:
@@ -97,18 +102,20 @@ class ModelOps:
         return Page[Model].model_validate((yield from json_call(call)))
 
     @staticmethod
-    def get(model_id: str) -> Op[Model]:
-        call = Call("GET", f"/v1/models/{_segment(model_id)}")
-        return Model.model_validate((yield from json_call(call)))
+    def get(model: str) -> Op[Model]:
+        """By id or ``DATASET/NAME[@VERSION|@ALIAS]`` (``retarget.client.naming``)."""
+        return Model.model_validate((yield from json_call(Call("GET", model_path(model)))))
 
     @staticmethod
-    def epsilon(model_id: str, delta: float, accountant: str, wait: float) -> Op[Epsilon]:
+    def epsilon(model: str, delta: float, accountant: str, wait: float) -> Op[Epsilon]:
+        model_id = yield from ModelNameOps.model_id(model)
         params = {"delta": delta, "accountant": accountant}
         call = Call("GET", f"/v1/models/{_segment(model_id)}/epsilon", params=params)
         return Epsilon.model_validate((yield from json_call(call, wait)))
 
     @staticmethod
-    def download(model_id: str, target: str | Path, progress: Progress | None) -> Op[Download]:
+    def download(model: str, target: str | Path, progress: Progress | None) -> Op[Download]:
+        model_id = yield from ModelNameOps.model_id(model)
         path = f"/v1/models/{_segment(model_id)}/weights"
         return (yield from weights(path, target, progress, if_changed=False))
 
@@ -167,12 +174,14 @@ class DeploymentOps:
     @staticmethod
     def create(
         name: str,
-        dataset_id: str,
+        dataset_id: str | None,
         epsilon: float,
         delta: float,
         method: str | None,
         accountant: str | None,
         callback_url: str | None,
+        follows: str | None = None,
+        exist_ok: bool = False,
     ) -> Op[Deployment]:
         body = drop_none(
             name=name,
@@ -182,8 +191,10 @@ class DeploymentOps:
             method=method,
             accountant=accountant,
             callback_url=callback_url,
+            follows=follows,
         )
-        call = Call("POST", "/v1/deployments", json=body)
+        params = {"exist_ok": "true"} if exist_ok else None
+        call = Call("POST", "/v1/deployments", params=params, json=body)
         return Deployment.model_validate((yield from json_call(call)))
 
     @staticmethod

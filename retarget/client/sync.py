@@ -25,6 +25,7 @@ import httpx
 import retarget.client.ops as ops
 from retarget.client.config import resolve
 from retarget.client.errors import ConnectionFailed
+from retarget.client.naming import ModelNames
 from retarget.client.ops import DEFAULT_WAIT_S, Call, Fetch, Op, Progress, Sleep, T
 from retarget.client.resources import (
     DatasetOps,
@@ -132,7 +133,9 @@ class RetargetClient:
             )
         data, files, reader = multipart(call.upload)
         try:
-            return self._http.request(call.method, call.path, data=data, files=files)
+            return self._http.request(
+                call.method, call.path, params=call.params, data=data, files=files
+            )
         finally:
             reader.close()
 
@@ -164,8 +167,13 @@ class Datasets(_Resource):
         metric: str | None = None,
         epsilon_cap: float | None = None,
         delta_cap: float | None = None,
+        exist_ok: bool = False,
     ) -> Dataset:
-        return self._c.run(DatasetOps.create(name, description, metric, epsilon_cap, delta_cap))
+        """Create a dataset; ``exist_ok``: the one of this name when its settings are these
+        (``Conflict`` when they differ). Datasets are named by id or name everywhere."""
+        return self._c.run(
+            DatasetOps.create(name, description, metric, epsilon_cap, delta_cap, exist_ok)
+        )
 
     def list(self, *, offset: int = 0, limit: int = 50) -> Page[Dataset]:
         return self._c.run(DatasetOps.list(offset, limit))
@@ -181,7 +189,7 @@ class Datasets(_Resource):
         return self._c.run(DatasetOps.set_validation(dataset_id, split))
 
 
-class Models(_Resource):
+class Models(_Resource, ModelNames):
     def register(
         self,
         file: str | Path,
@@ -197,6 +205,7 @@ class Models(_Resource):
         architecture: dict[str, Any] | None = None,
         extra: dict[str, Any] | None = None,
         progress: Progress | None = None,
+        exist_ok: bool = False,
     ) -> Model:
         """Register a safetensors checkpoint; ``extra`` metadata fields pass through."""
         meta = ops.metadata_for(
@@ -211,7 +220,7 @@ class Models(_Resource):
             architecture=architecture,
             extra=extra,
         )
-        return self._c.run(ModelOps.register(file, meta, progress))
+        return self._c.run(ModelOps.register(file, meta, progress, exist_ok))
 
     def list(
         self, *, dataset_id: str | None = None, offset: int = 0, limit: int = 50
@@ -289,16 +298,32 @@ class Deployments(_Resource):
     def create(
         self,
         name: str,
-        dataset_id: str,
+        dataset_id: str | None,
         epsilon: float,
         delta: float,
         *,
         method: str | None = None,
         accountant: str | None = None,
         callback_url: str | None = None,
+        follows: str | None = None,
+        exist_ok: bool = False,
     ) -> Deployment:
+        """Bind ``name`` to a dataset (id or name) and a policy. ``follows``:
+        ``[DATASET/]NAME@ALIAS``, serve that alias's version alone (re-targeted when it
+        moves); ``exist_ok``: the deployment of this name, as it is, when it has the same
+        dataset, method, accountant, callback and alias."""
         return self._c.run(
-            DeploymentOps.create(name, dataset_id, epsilon, delta, method, accountant, callback_url)
+            DeploymentOps.create(
+                name,
+                dataset_id,
+                epsilon,
+                delta,
+                method,
+                accountant,
+                callback_url,
+                follows,
+                exist_ok,
+            )
         )
 
     def list(self, *, offset: int = 0, limit: int = 50) -> Page[Deployment]:
