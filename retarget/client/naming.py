@@ -73,7 +73,7 @@ class ModelNameOps:
         """Point ``alias`` at the version ``ref`` names (``@3``; ``@latest`` or another
         alias: the version it names now)."""
         dataset, name, selector = yield from ModelNameOps._named(ref)
-        if not selector.isdigit():
+        if not (selector.isascii() and selector.isdigit()):
             selector = str((yield from ModelNameOps.get(ref)).version)
         path = f"/v1/datasets/{segment(dataset)}/models/{segment(name)}/aliases/{segment(alias)}"
         call = Call("PUT", path, json={"version": int(selector)})

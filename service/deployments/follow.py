@@ -42,7 +42,7 @@ def parse_follows(*, session: Session, dataset: Dataset, follows: str) -> tuple[
             f"follows {follows!r} names a model of another dataset than the deployment's "
             f"({dataset.name!r})"
         )
-    if "@" not in follows or ref.selector == names.LATEST or ref.selector.isdigit():
+    if "@" not in follows or ref.selector == names.LATEST or names.is_version(ref.selector):
         raise InvalidInput(
             f"follows {follows!r}: a deployment follows an alias (NAME@ALIAS, e.g. "
             "sigma1.2@champion); to serve a fixed version, set an alias on it"

@@ -31,6 +31,8 @@ SUGGESTION_SCAN = 1000
 #: how many versions an error message lists
 VERSIONS_SHOWN = 20
 LATEST = "latest"
+#: versions are INTEGER columns
+MAX_VERSION = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,19 @@ class ModelRef:
     def text(self, dataset_name: str | None = None) -> str:
         prefix = dataset_name or self.dataset
         return f"{prefix + '/' if prefix else ''}{self.name}@{self.selector}"
+
+
+def version_of(selector: str) -> int | None:
+    """The version a selector names (ASCII digits, at most 2^31 - 1), or None."""
+    if not (selector.isascii() and selector.isdigit()) or len(selector) > 10:
+        return None
+    version = int(selector)
+    return version if version <= MAX_VERSION else None
+
+
+def is_version(selector: str) -> bool:
+    """Whether a selector is a version number rather than an alias or ``latest``."""
+    return selector.isascii() and selector.isdigit()
 
 
 def looks_like_id(value: str) -> bool:
@@ -135,8 +150,13 @@ def model_in(*, session: Session, dataset: Dataset, ref: ModelRef) -> Model:
     where = (Model.dataset_id == dataset.id, Model.name == ref.name)
     if ref.selector == LATEST:
         found = session.scalar(select(Model).where(*where).order_by(Model.version.desc()).limit(1))
-    elif ref.selector.isdigit():
-        found = session.scalar(select(Model).where(*where, Model.version == int(ref.selector)))
+    elif is_version(ref.selector):
+        version = version_of(ref.selector)
+        found = (
+            session.scalar(select(Model).where(*where, Model.version == version))
+            if version is not None
+            else None
+        )
     else:
         model_id = session.scalar(
             select(ModelAlias.model_id).where(
@@ -191,7 +211,7 @@ def _model_not_found(session: Session, dataset: Dataset, ref: ModelRef) -> NotFo
         )
     shown = ", ".join(str(v) for v in versions[:VERSIONS_SHOWN])
     more = ", ..." if len(versions) > VERSIONS_SHOWN else ""
-    if ref.selector.isdigit():
+    if is_version(ref.selector):
         return NotFound(
             f"{label} has no version {ref.selector} (versions: {shown}{more})",
             suggestions=[f"{label}@{v}" for v in versions[-3:]],

@@ -112,6 +112,8 @@ def test_aliases_refuse_what_would_be_ambiguous(client: TestClient) -> None:
     for bad in ("latest", "3", "-x", "a" * 65):
         _problem(client.put(f"{base}/{bad}", json={"version": 1}), 422, "invalid-input")
     _problem(client.put(f"{base}/staging", json={"version": 9}), 404, "not-found")
+    for selector in ("３", "99999999999999999999", "2147483648"):  # never a 500
+        _problem(client.get(f"/v1/datasets/digits/models/m@{selector}"), 404, "not-found")
     _problem(
         client.put("/v1/datasets/digits/models/n/aliases/x", json={"version": 1}), 404, "not-found"
     )
