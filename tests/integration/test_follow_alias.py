@@ -3,16 +3,26 @@ move re-targets them through the policy-change path, refused moves recorded."""
 
 from __future__ import annotations
 
+import itertools
 import json
+import shutil
+import threading
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
 
 import pytest
 from dp_accounting.pld import privacy_loss_distribution as pldlib
 from fastapi.testclient import TestClient
 from safetensors.torch import load
+from sqlalchemy import select
 
 from service.api.app import create_app
 from service.config import Settings
+from service.deployments import outbox
+from service.errors import StorageError
+from service.registry.models import OutboxItem
 from tests.conftest import Backend, authorize
 from tests.helpers import checkpoint_bytes, sgd, upload
 
@@ -196,3 +206,87 @@ def test_create_deployment_with_exist_ok(api: TestClient) -> None:
     plain = {"name": "prod", "dataset_id": "digits", "method": "rs", "epsilon": 1.5, "delta": DELTA}
     other = api.post("/v1/deployments", params={"exist_ok": "true"}, json=plain)
     assert other.status_code == 409 and "follows_name" in other.json()["detail"]
+
+
+def _failing(*args: Any, **kwargs: Any) -> Any:
+    raise StorageError("the job queue (Redis) is unreachable: connection refused")
+
+
+def _make_due(ctx: Any) -> None:
+    with ctx.session_factory() as session:
+        for item in session.scalars(select(OutboxItem).where(OutboxItem.status == "pending")):
+            item.next_attempt_at = datetime.now(UTC) - timedelta(seconds=1)
+        session.commit()
+
+
+def test_a_retarget_held_by_a_queue_outage_runs_later_and_never_rolls_a_policy_back(
+    api: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    models = _seed(api)
+    _alias(api, 1)
+    _follow(api)
+    ctx = api.app.state.ctx  # type: ignore[attr-defined]
+    submit = ctx.jobs.submit
+    monkeypatch.setattr(ctx.jobs, "submit", _failing)
+    moved = _alias(api, 2)  # the move and its re-target are stored together
+    job_id = moved["retargets"][0]["job_id"]
+    assert api.get(f"/v1/jobs/{job_id}").json()["status"] == "queued"
+    dep = api.get("/v1/deployments/prod").json()
+    assert _release(api, dep)["weights"][0]["model_id"] == models[1]["id"]
+    monkeypatch.setattr(ctx.jobs, "submit", submit)
+    # meanwhile an operator sets a new policy: it serves what the alias names now
+    newer = api.put("/v1/deployments/prod/policy", json={"epsilon": 3.0, "delta": DELTA})
+    assert _release(api, newer.json())["weights"][0]["model_id"] == models[2]["id"]
+    _make_due(ctx)
+    outbox.drain(session_factory=ctx.session_factory, jobs=ctx.jobs, lease_s=60)
+    job = api.get(f"/v1/jobs/{job_id}").json()
+    assert job["status"] == "finished" and job["result"]["status"] == "changed"
+    after = api.get("/v1/deployments/prod").json()
+    assert (after["epsilon"], after["policy_version"]) == (3.0, newer.json()["policy_version"])
+    assert _release(api, after)["weights"][0]["model_id"] == models[2]["id"]
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def committed_api(
+    request: pytest.FixtureRequest, tmp_path: Path, sqlite_template: Path
+) -> Iterator[TestClient]:
+    """An app on a database with real commits: concurrent requests see each other."""
+    if request.param == "sqlite":
+        shutil.copy(sqlite_template, tmp_path / "moves.db")
+        url = f"sqlite:///{tmp_path / 'moves.db'}"
+    else:
+        url = request.getfixturevalue("committed_db")
+    settings = Settings(
+        data_dir=tmp_path / "data", database_url=url, auto_migrate=False, plan_request_budget_s=600
+    )
+    app = create_app(settings)
+    with TestClient(app) as client:
+        authorize(client, app.state.ctx.session_factory)
+        yield client
+
+
+def test_concurrent_moves_keep_one_history(committed_api: TestClient) -> None:
+    api = committed_api
+    _seed(api)
+    _alias(api, 1)
+    errors: list[str] = []
+
+    def move(version: int) -> None:
+        resp = api.put(
+            "/v1/datasets/digits/models/sigma/aliases/champion", json={"version": version}
+        )
+        if resp.status_code != 200:
+            errors.append(resp.text)
+
+    threads = [threading.Thread(target=move, args=(1 + i % 3,)) for i in range(9)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    shown = api.get("/v1/datasets/digits/models/sigma/aliases").json()
+    events = list(reversed(shown["history"]))  # oldest first
+    assert events[0]["previous_version"] is None and len(events) >= 2
+    for before, after in itertools.pairwise(events):
+        assert after["previous_version"] == before["version"] != after["version"]
+    assert shown["aliases"][0]["version"] == events[-1]["version"]
