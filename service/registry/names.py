@@ -26,8 +26,12 @@ from sqlalchemy.orm import Session
 from service.errors import InvalidInput, NotFound
 from service.registry.models import Dataset, Model, ModelAlias
 
-#: how many names an unknown name is compared with to suggest close ones
+#: how many names an unknown name is compared with to suggest close ones, how many
+#: characters of each, and how many of the closest by shared character pairs go to
+#: difflib (``close_names``)
 SUGGESTION_SCAN = 1000
+COMPARED_CHARS = 64
+SHORTLIST = 20
 #: how many versions an error message lists
 VERSIONS_SHOWN = 20
 LATEST = "latest"
@@ -87,10 +91,29 @@ def parse_model_ref(ref: str) -> ModelRef:
 
 
 def close_names(wanted: str, names: list[str], n: int = 3) -> list[str]:
-    """Up to ``n`` of ``names`` close to ``wanted`` (difflib's ratio, and case)."""
+    """Up to ``n`` of ``names`` close to ``wanted``: the same name in another case
+    first, then difflib's ratio (at least 0.6). The work is bounded whatever the names:
+    each is cut to ``COMPARED_CHARS`` characters, ranked by the character pairs it
+    shares with ``wanted`` (linear), and only the best ``SHORTLIST`` go to difflib
+    (quadratic in the length)."""
     folded = [x for x in names if x.lower() == wanted.lower() and x != wanted]
-    close = difflib.get_close_matches(wanted, names, n=n, cutoff=0.6)
-    return list(dict.fromkeys([*folded, *close]))[:n]
+    heads: dict[str, str] = {}
+    for name in names:
+        heads.setdefault(name[:COMPARED_CHARS], name)
+    head = wanted[:COMPARED_CHARS]
+    pairs = _pairs(head)
+    ranked = sorted(heads, key=lambda h: -_shared(pairs, _pairs(h)))[:SHORTLIST]
+    close = difflib.get_close_matches(head, ranked, n=n, cutoff=0.6)
+    return list(dict.fromkeys([*folded, *(heads[c] for c in close)]))[:n]
+
+
+def _pairs(text: str) -> set[str]:
+    low = text.lower()
+    return {low[i : i + 2] for i in range(len(low) - 1)} or {low}
+
+
+def _shared(a: set[str], b: set[str]) -> float:
+    return len(a & b) / len(a | b)
 
 
 def _did_you_mean(suggestions: list[str]) -> str:

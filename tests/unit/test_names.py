@@ -83,3 +83,32 @@ def test_the_client_puts_names_in_one_path_segment_each() -> None:
     assert segment("..") == "%2E%2E" and segment(".") == "%2E" and segment("a.b") == "a.b"
     with pytest.raises(ValueError, match="not a model reference"):
         split_ref("digits/")
+
+
+def test_close_names_hand_difflib_a_short_list_of_short_names(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """difflib's ratio is quadratic in the length: an unknown name compared with 1,000
+    long, alike names must not cost 1,000 long comparisons."""
+    import difflib
+
+    from service.registry import names as module
+
+    seen: list[list[str]] = []
+    real = difflib.get_close_matches
+
+    def spy(word: str, possibilities: list[str], n: int, cutoff: float) -> list[str]:
+        seen.append(list(possibilities))
+        assert len(word) <= module.COMPARED_CHARS
+        return real(word, possibilities, n=n, cutoff=cutoff)
+
+    monkeypatch.setattr(module.difflib, "get_close_matches", spy)
+    alike = ["ab" * 100 + str(i) for i in range(module.SUGGESTION_SCAN)]
+    close_names("ab" * 99 + "x", alike)
+    (possibilities,) = seen
+    assert len(possibilities) <= module.SHORTLIST
+    assert all(len(p) <= module.COMPARED_CHARS for p in possibilities)
+    # the shortlist keeps what a person would want suggested
+    assert close_names("sigma1.3", ["other", *[f"run-{i}" for i in range(999)], "sigma1.2"]) == [
+        "sigma1.2"
+    ]
