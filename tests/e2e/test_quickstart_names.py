@@ -96,6 +96,26 @@ def test_the_quickstart_runs_twice_by_names_only(server: tuple[str, Path], tmp_p
     history = listed("models", "alias", "show", "digits/sigma-2")["history"]
     assert len(history) == 1  # the second run's set changed nothing
 
+    # a version whose own epsilon is over the following deployment's policy: the alias
+    # moves, the deployment stays, and the CLI says so with exit 4
+    mech = {"type": "dp_sgd", "sampling_rate": 0.004, "clipping_norm": 1.0, "steps": 700}
+    mech |= {"learning_rate": 0.1, "optimizer": "sgd", "noise_multiplier": 0.3}
+    hot = _cli(
+        [
+            *("models", "register", "model1.safetensors", "--dataset", "digits"),
+            *("--name", "sigma-2", "--version", "2", "--mechanism", json.dumps(mech)),
+        ],
+        env,
+        folder,
+    )
+    assert hot.returncode == 0, hot.stderr
+    before = listed("deployments", "show", "champion")["current_release_id"]
+    moved = _cli(["models", "alias", "set", "digits/sigma-2@2", "champion"], env, folder)
+    assert moved.returncode == 4, moved.stdout + moved.stderr
+    assert "deployment champion stays on its current model" in moved.stderr
+    assert listed("deployments", "show", "champion")["current_release_id"] == before
+    assert listed("models", "show", "digits/sigma-2@champion")["version"] == 2
+
     typo = _cli(["models", "show", "digits/sigma-0.9"], env, folder)
     assert typo.returncode == 4
     assert "did you mean 'digits/sigma-0.8'" in typo.stderr
