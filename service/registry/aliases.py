@@ -18,10 +18,11 @@ from collections import defaultdict
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from service.errors import InvalidInput, NotFound
+from service.errors import Conflict, InvalidInput, NotFound
 from service.registry.models import Model, ModelAlias, ModelAliasEvent, ModelTag
 from service.registry.names import LATEST
 
@@ -186,13 +187,16 @@ def set_tags(
             )
         if len(value) > MAX_TAG_VALUE or "\x00" in value:
             raise InvalidInput(f"tag {key!r}: a value is at most {MAX_TAG_VALUE} characters")
+    query = select(ModelTag).where(ModelTag.model_id == model.id)
+    existing = {t.key: t for t in session.scalars(query)}
+    after = (set(existing) - gone) | set(tags)
+    if len(after) > MAX_TAGS:
+        raise InvalidInput(f"a model has at most {MAX_TAGS} tags (this would make {len(after)})")
+    # nothing is written before every check has passed
     if gone:
         session.execute(
             delete(ModelTag).where(ModelTag.model_id == model.id, ModelTag.key.in_(gone))
         )
-    existing = {
-        t.key: t for t in session.scalars(select(ModelTag).where(ModelTag.model_id == model.id))
-    }
     now = datetime.now(UTC)
     for key, value in tags.items():
         row = existing.get(key)
@@ -200,10 +204,9 @@ def set_tags(
             session.add(ModelTag(model_id=model.id, key=key, value=value, updated_at=now))
         else:
             row.value, row.updated_at = value, now
-    session.flush()
-    count = session.scalar(
-        select(func.count()).select_from(ModelTag).where(ModelTag.model_id == model.id)
-    )
-    if (count or 0) > MAX_TAGS:
-        raise InvalidInput(f"a model has at most {MAX_TAGS} tags (this would make {count})")
+    try:
+        session.flush()
+    except IntegrityError as exc:  # another request added the same key meanwhile
+        session.rollback()
+        raise Conflict("the model's tags changed meanwhile; send the change again") from exc
     return labels(session=session, model_ids=[model.id])[model.id][1]
