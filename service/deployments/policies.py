@@ -33,7 +33,7 @@ from service.errors import (
 )
 from service.plans.tasks import Compute, in_thread
 from service.profiles.source import ProfileSource
-from service.registry import repository
+from service.registry import names, repository
 from service.registry.blobs import BlobStore
 from service.registry.db import session_scope
 from service.registry.models import Deployment, DeploymentEvent, Release
@@ -45,7 +45,11 @@ log = logging.getLogger(__name__)
 def get_deployment(*, session: Session, name: str) -> Deployment:
     row = session.scalar(select(Deployment).where(Deployment.name == name))
     if row is None:
-        raise NotFound(f"no deployment named {name!r}")
+        recent = select(Deployment.name).order_by(Deployment.created_at.desc())
+        known = list(session.scalars(recent.limit(names.SUGGESTION_SCAN)))
+        suggestions = names.close_names(name, known)
+        hint = f"; did you mean {' or '.join(map(repr, suggestions))}?" if suggestions else ""
+        raise NotFound(f"no deployment named {name!r}{hint}", suggestions=suggestions)
     return row
 
 

@@ -206,6 +206,8 @@ def test_create_deployment_with_exist_ok(api: TestClient) -> None:
     plain = {"name": "prod", "dataset_id": "digits", "method": "rs", "epsilon": 1.5, "delta": DELTA}
     other = api.post("/v1/deployments", params={"exist_ok": "true"}, json=plain)
     assert other.status_code == 409 and "follows_name" in other.json()["detail"]
+    typo = api.get("/v1/deployments/prd")
+    assert typo.status_code == 404 and typo.json()["suggestions"] == ["prod"]
 
 
 def _failing(*args: Any, **kwargs: Any) -> Any:
