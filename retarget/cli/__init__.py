@@ -19,6 +19,7 @@ import typer
 from retarget._version import __version__
 from retarget.cli import output
 from retarget.cli.keys_cmds import keys
+from retarget.cli.name_cmds import alias, tag
 from retarget.cli.plugins import HOOKS, load_server
 from retarget.cli.registry_cmds import datasets, models
 from retarget.cli.release_cmds import deployments, jobs, plan, release
@@ -57,6 +58,8 @@ def _root(
 app.add_typer(keys, name="keys")
 app.add_typer(datasets, name="datasets")
 app.add_typer(models, name="models")
+models.add_typer(alias, name="alias")
+models.add_typer(tag, name="tag")
 app.command("plan")(plan)
 app.command("release")(release)
 app.add_typer(releases, name="releases")

@@ -12,15 +12,29 @@ from retarget.cli.remote import ApiKey, AsJson, Limit, Offset, Url, connect, jso
 
 datasets = typer.Typer(help="Datasets: create, list, show, ledger.", no_args_is_help=True)
 models = typer.Typer(
-    help="Models: register a checkpoint or a bundle, list, show, epsilon, download.",
+    help="Models: register a checkpoint or a bundle folder, list, show, epsilon, download, "
+    "alias, tag, retire. A model is named by DATASET/NAME\\[@VERSION|@ALIAS] (e.g. "
+    "digits/sigma1.2@champion) or its id.",
     no_args_is_help=True,
 )
+#: a dataset, wherever one is taken: its name or its id
+DatasetRef = Annotated[str, typer.Argument(help="the dataset's name or id")]
+ModelRef = Annotated[str, typer.Argument(help="DATASET/NAME\\[@VERSION|@ALIAS], or a model id")]
+ExistOk = Annotated[
+    bool,
+    typer.Option(
+        "--exist-ok", help="answer with what exists under this name when it is the same (scripts)"
+    ),
+]
 
 DATASET_FIELDS = ("id", "name", "description", "metric", "epsilon_cap", "delta_cap", "created_at")
 MODEL_FIELDS = (
     "id",
+    "ref",
     "name",
     "version",
+    "aliases",
+    "tags",
     "dataset_id",
     "mechanism",
     "lineage",
@@ -41,11 +55,13 @@ def datasets_create(
     metric: Annotated[str | None, typer.Option(help="the utility metric plans maximise")] = None,
     epsilon_cap: Annotated[float | None, typer.Option(help="the ledger's epsilon cap")] = None,
     delta_cap: Annotated[float | None, typer.Option(help="the delta the ledger is held to")] = None,
+    exist_ok: ExistOk = False,
     url: Url = None,
     api_key: ApiKey = None,
     as_json: AsJson = False,
 ) -> int:
-    """Create a dataset (names are unique)."""
+    """Create a dataset (names are unique; --exist-ok: the one of this name when its
+    settings are these)."""
     with connect(url, api_key) as rt:
         ds = rt.datasets.create(
             name,
@@ -53,6 +69,7 @@ def datasets_create(
             metric=metric,
             epsilon_cap=epsilon_cap,
             delta_cap=delta_cap,
+            exist_ok=exist_ok,
         )
     show(ds, as_json, DATASET_FIELDS)
     return 0
@@ -75,7 +92,7 @@ def datasets_list(
 
 @datasets.command("show")
 def datasets_show(
-    dataset_id: str, url: Url = None, api_key: ApiKey = None, as_json: AsJson = False
+    dataset_id: DatasetRef, url: Url = None, api_key: ApiKey = None, as_json: AsJson = False
 ) -> int:
     """Show one dataset."""
     with connect(url, api_key) as rt:
@@ -85,7 +102,7 @@ def datasets_show(
 
 @datasets.command("ledger")
 def datasets_ledger(
-    dataset_id: str, url: Url = None, api_key: ApiKey = None, as_json: AsJson = False
+    dataset_id: DatasetRef, url: Url = None, api_key: ApiKey = None, as_json: AsJson = False
 ) -> int:
     """What the dataset's releases exposed, and the cumulative bound."""
     with connect(url, api_key) as rt:
@@ -108,7 +125,7 @@ def models_register(
             "adapter, sidecars): uploaded file by file, resumed when run again",
         ),
     ],
-    dataset: Annotated[str, typer.Option("--dataset", help="the dataset id")],
+    dataset: Annotated[str, typer.Option("--dataset", help="the dataset's name or id")],
     name: Annotated[str, typer.Option(help="the model's name")],
     mechanism: Annotated[
         str, typer.Option(help='what trained it: JSON ({"type": "dp_sgd", ...}) or @file')
@@ -122,6 +139,7 @@ def models_register(
     meta: Annotated[
         str | None, typer.Option(help="more metadata fields, JSON or @file (passed through)")
     ] = None,
+    exist_ok: ExistOk = False,
     url: Url = None,
     api_key: ApiKey = None,
     as_json: AsJson = False,
@@ -143,6 +161,7 @@ def models_register(
             metrics=key_values(metric, "--metric"),
             extra=extra,
             progress=bar,
+            exist_ok=exist_ok,
         )
     show(model, as_json, MODEL_FIELDS)
     return 0
@@ -150,7 +169,9 @@ def models_register(
 
 @models.command("list")
 def models_list(
-    dataset: Annotated[str | None, typer.Option("--dataset", help="only this dataset's")] = None,
+    dataset: Annotated[
+        str | None, typer.Option("--dataset", help="only this dataset's (its name or id)")
+    ] = None,
     offset: Offset = 0,
     limit: Limit = 50,
     url: Url = None,
@@ -160,13 +181,13 @@ def models_list(
     """List models."""
     with connect(url, api_key) as rt:
         page = rt.models.list(dataset_id=dataset, offset=offset, limit=limit)
-    show_rows(page, as_json, ("id", "name", "version", "dataset_id", "size_bytes", "metrics"))
+    show_rows(page, as_json, ("ref", "id", "aliases", "tags", "size_bytes", "metrics"))
     return 0
 
 
 @models.command("show")
 def models_show(
-    model_id: str, url: Url = None, api_key: ApiKey = None, as_json: AsJson = False
+    model_id: ModelRef, url: Url = None, api_key: ApiKey = None, as_json: AsJson = False
 ) -> int:
     """Show one model."""
     with connect(url, api_key) as rt:
@@ -176,7 +197,7 @@ def models_show(
 
 @models.command("epsilon")
 def models_epsilon(
-    model_id: str,
+    model_id: ModelRef,
     delta: Annotated[float, typer.Option(help="the delta to prove epsilon at")] = 1e-5,
     accountant: Annotated[str, typer.Option(help="rdp | pld | best")] = "best",
     url: Url = None,

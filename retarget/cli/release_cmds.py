@@ -25,11 +25,14 @@ deployments = typer.Typer(
 )
 jobs = typer.Typer(help="Jobs: show one, wait for one.", no_args_is_help=True)
 
-Dataset = Annotated[str, typer.Option("--dataset", help="the dataset id")]
+Dataset = Annotated[str, typer.Option("--dataset", help="the dataset's name or id")]
 Epsilon = Annotated[float, typer.Option(help="the target epsilon")]
 Delta = Annotated[float, typer.Option(help="the target delta")]
 ModelIds = Annotated[
-    list[str] | None, typer.Option("--model", help="a candidate model id (repeat; default all)")
+    list[str] | None,
+    typer.Option(
+        "--model", help="a candidate: NAME\\[@VERSION|@ALIAS] or an id (repeat; default all)"
+    ),
 ]
 Metric = Annotated[str | None, typer.Option(help="objective 'metric': the metric's name")]
 MetricGoal = Annotated[str | None, typer.Option(help="max | min (required with --metric)")]
@@ -42,6 +45,7 @@ DEPLOYMENT_FIELDS = (
     "delta",
     "method",
     "accountant",
+    "follows",
     "current_release_id",
     "model_url",
     "last_error",
@@ -158,17 +162,37 @@ def release(
 @deployments.command("create")
 def deployments_create(
     name: str,
-    dataset: Dataset,
     epsilon: Epsilon,
     delta: Delta,
+    dataset: Annotated[
+        str | None,
+        typer.Option("--dataset", help="the dataset's name or id (or in --follows)"),
+    ] = None,
     method: Annotated[str | None, typer.Option(help="rs | lc | auto")] = None,
     accountant: Annotated[str | None, typer.Option(help="rdp | pld | best")] = None,
     callback_url: Annotated[str | None, typer.Option(help="told of every new model")] = None,
+    follows: Annotated[
+        str | None,
+        typer.Option(
+            help="\\[DATASET/]NAME@ALIAS: serve that alias's version alone (a release of that "
+            "one model, charged as one); moving the alias re-targets the deployment"
+        ),
+    ] = None,
+    exist_ok: Annotated[
+        bool,
+        typer.Option(
+            "--exist-ok",
+            help="answer with the deployment of this name, as it is, when its dataset, "
+            "method, accountant, callback and alias are these",
+        ),
+    ] = False,
     url: Url = None,
     api_key: ApiKey = None,
     as_json: AsJson = False,
 ) -> int:
     """Bind a name to a dataset and a policy, and release its first model."""
+    if dataset is None and (follows is None or "/" not in follows):
+        raise typer.BadParameter("give --dataset, or --follows DATASET/NAME@ALIAS")
     with connect(url, api_key) as rt:
         dep = rt.deployments.create(
             name,
@@ -178,6 +202,8 @@ def deployments_create(
             method=method,
             accountant=accountant,
             callback_url=callback_url,
+            follows=follows,
+            exist_ok=exist_ok,
         )
     show(dep, as_json, DEPLOYMENT_FIELDS)
     return 0

@@ -17,6 +17,8 @@ import httpx
 import retarget.client.ops as ops
 from retarget.client.config import resolve
 from retarget.client.errors import ConnectionFailed
+from retarget.client.model_admin import AsyncModelAdmin
+from retarget.client.naming import AsyncModelNames
 from retarget.client.ops import DEFAULT_WAIT_S, Call, Fetch, Op, Progress, Sleep, T
 from retarget.client.resources import (
     DatasetOps,
@@ -106,8 +108,6 @@ class AsyncRetargetClient:
         """Release a merged model for the target (``releases.create``)."""
         return await self.releases.create(dataset_id, epsilon, delta, **options)
 
-    # -- the driver -----------------------------------------------------------------
-
     async def _perform(self, step: ops.Step) -> Any:
         try:
             if isinstance(step, Sleep):
@@ -141,7 +141,9 @@ class AsyncRetargetClient:
             )
         data, files, reader = multipart(call.upload)
         try:
-            return await self._http.request(call.method, call.path, data=data, files=files)
+            return await self._http.request(
+                call.method, call.path, params=call.params, data=data, files=files
+            )
         finally:
             reader.close()
 
@@ -180,9 +182,10 @@ class Datasets(_Resource):
         metric: str | None = None,
         epsilon_cap: float | None = None,
         delta_cap: float | None = None,
+        exist_ok: bool = False,
     ) -> Dataset:
         return await self._c.run(
-            DatasetOps.create(name, description, metric, epsilon_cap, delta_cap)
+            DatasetOps.create(name, description, metric, epsilon_cap, delta_cap, exist_ok)
         )
 
     async def list(self, *, offset: int = 0, limit: int = 50) -> Page[Dataset]:
@@ -199,7 +202,7 @@ class Datasets(_Resource):
         return await self._c.run(DatasetOps.set_validation(dataset_id, split))
 
 
-class Models(_Resource):
+class Models(_Resource, AsyncModelNames, AsyncModelAdmin):
     async def register(
         self,
         file: str | Path,
@@ -215,6 +218,7 @@ class Models(_Resource):
         architecture: dict[str, Any] | None = None,
         extra: dict[str, Any] | None = None,
         progress: Progress | None = None,
+        exist_ok: bool = False,
     ) -> Model:
         """Register a safetensors checkpoint, or a bundle folder (sharded safetensors and
         their index, a PEFT adapter and its configuration, sidecars) through resumable
@@ -232,7 +236,7 @@ class Models(_Resource):
             architecture=architecture,
             extra=extra,
         )
-        return await self._c.run(ModelOps.register(file, meta, progress))
+        return await self._c.run(ModelOps.register(file, meta, progress, exist_ok))
 
     async def list(
         self, *, dataset_id: str | None = None, offset: int = 0, limit: int = 50
@@ -241,14 +245,6 @@ class Models(_Resource):
 
     async def get(self, model_id: str) -> Model:
         return await self._c.run(ModelOps.get(model_id))
-
-    async def retire(self, model_id: str, reason: str, *, force: bool = False) -> Model:
-        """Leave the model out of every plan of its dataset (admin)."""
-        return await self._c.run(ModelOps.retire(model_id, reason, force))
-
-    async def restore(self, model_id: str) -> Model:
-        """Make a retired model a candidate again (admin)."""
-        return await self._c.run(ModelOps.restore(model_id))
 
     async def epsilon(
         self, model_id: str, *, delta: float = 1e-5, accountant: str = "best"
@@ -259,14 +255,6 @@ class Models(_Resource):
         self, model_id: str, target: str | Path, *, progress: Progress | None = None
     ) -> Download:
         return await self._c.run(ModelOps.download(model_id, target, progress))
-
-    async def download_folder(
-        self, model_id: str, folder: str | Path, *, progress: Progress | None = None
-    ) -> FolderDownload:
-        """The model's raw files into ``folder`` (``retarget models download``): scope
-        ``models:download``, and every file downloaded is charged to the dataset's
-        ledger as an exposure of this model (refused with 409 past the cap)."""
-        return await self._c.run(ModelOps.download_folder(model_id, folder, progress))
 
 
 class Plans(_Resource):
@@ -340,16 +328,28 @@ class Deployments(_Resource):
     async def create(
         self,
         name: str,
-        dataset_id: str,
+        dataset_id: str | None,
         epsilon: float,
         delta: float,
         *,
         method: str | None = None,
         accountant: str | None = None,
         callback_url: str | None = None,
+        follows: str | None = None,
+        exist_ok: bool = False,
     ) -> Deployment:
         return await self._c.run(
-            DeploymentOps.create(name, dataset_id, epsilon, delta, method, accountant, callback_url)
+            DeploymentOps.create(
+                name,
+                dataset_id,
+                epsilon,
+                delta,
+                method,
+                accountant,
+                callback_url,
+                follows,
+                exist_ok,
+            )
         )
 
     async def list(self, *, offset: int = 0, limit: int = 50) -> Page[Deployment]:

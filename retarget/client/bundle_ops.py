@@ -38,9 +38,13 @@ ASK = 1024
 
 
 def register_folder(
-    folder: Path, metadata: dict[str, Any], progress: Progress | None = None
+    folder: Path,
+    metadata: dict[str, Any],
+    progress: Progress | None = None,
+    exist_ok: bool = False,
 ) -> Op[dict[str, Any]]:
-    """Upload what the service lacks of ``folder`` and register it as one bundle."""
+    """Upload what the service lacks of ``folder`` and register it as one bundle
+    (``exist_ok``: the same bundle registered already under this name is answered)."""
     files = [(rel, path, path.stat().st_size) for rel, path in folder_files(folder)]
     shas = {rel: sha256_of(path) for rel, path, _ in files}
     sizes: dict[str, tuple[Path, int]] = {}
@@ -64,7 +68,8 @@ def register_folder(
             headers = {"Content-Type": "application/octet-stream", "Content-Length": str(size)}
             yield from send(Call("PUT", f"/v1/uploads/{sha}", body=body_file, headers=headers))
             done += size
-        call = Call("POST", "/v1/models", form={"metadata": json.dumps(meta)})
+        params = {"exist_ok": "true"} if exist_ok else None
+        call = Call("POST", "/v1/models", params=params, form={"metadata": json.dumps(meta)})
         try:
             return (yield from json_call(call, wait=None))
         except InvalidInput as exc:

@@ -157,12 +157,18 @@ def metadata_for(
 
 
 def register(
-    file: str | Path, metadata: dict[str, Any], progress: Progress | None = None
+    file: str | Path,
+    metadata: dict[str, Any],
+    progress: Progress | None = None,
+    exist_ok: bool = False,
 ) -> Op[dict[str, Any]]:
+    """Upload a checkpoint; ``exist_ok``: the model already registered under this name and
+    version is answered (200) when it has these bytes and metadata."""
     path = Path(file)
     if not path.is_file():
-        raise FileNotFoundError(f"no checkpoint file or bundle folder at {path}")
-    call = Call("POST", "/v1/models", upload=Upload(path, metadata, progress))
+        raise FileNotFoundError(f"no checkpoint file at {path}")
+    params = {"exist_ok": "true"} if exist_ok else None
+    call = Call("POST", "/v1/models", params=params, upload=Upload(path, metadata, progress))
     return (yield from json_call(call, wait=None))
 
 

@@ -13,6 +13,7 @@ from retarget.client.bundle_ops import (
     register_folder,
     release_pull,
 )
+from retarget.client.naming import ModelNameOps, model_path
 from retarget.client.ops import (
     Call,
     Op,
@@ -54,6 +55,7 @@ class DatasetOps:
         metric: str | None,
         epsilon_cap: float | None,
         delta_cap: float | None,
+        exist_ok: bool = False,
     ) -> Op[Dataset]:
         body = drop_none(
             name=name,
@@ -62,8 +64,9 @@ class DatasetOps:
             epsilon_cap=epsilon_cap,
             delta_cap=delta_cap,
         )
+        params = {"exist_ok": "true"} if exist_ok else None
         return Dataset.model_validate(
-            (yield from json_call(Call("POST", "/v1/datasets", json=body)))
+            (yield from json_call(Call("POST", "/v1/datasets", params=params, json=body)))
         )
 
     @staticmethod
@@ -95,12 +98,15 @@ class DatasetOps:
 
 class ModelOps:
     @staticmethod
-    def register(file: str | Path, meta: dict[str, Any], progress: Progress | None) -> Op[Model]:
+    def register(
+        file: str | Path, meta: dict[str, Any], progress: Progress | None, exist_ok: bool = False
+    ) -> Op[Model]:
         """A safetensors file (one multipart upload) or a bundle folder (resumable)."""
         path = Path(file)
         if path.is_dir():
-            return Model.model_validate((yield from register_folder(path, meta, progress)))
-        return Model.model_validate((yield from register(path, meta, progress)))
+            answer = yield from register_folder(path, meta, progress, exist_ok)
+            return Model.model_validate(answer)
+        return Model.model_validate((yield from register(path, meta, progress, exist_ok)))
 
     @staticmethod
     def list(dataset_id: str | None, offset: int, limit: int) -> Op[Page[Model]]:
@@ -108,9 +114,9 @@ class ModelOps:
         return Page[Model].model_validate((yield from json_call(call)))
 
     @staticmethod
-    def get(model_id: str) -> Op[Model]:
-        call = Call("GET", f"/v1/models/{_segment(model_id)}")
-        return Model.model_validate((yield from json_call(call)))
+    def get(model: str) -> Op[Model]:
+        """By id or ``DATASET/NAME[@VERSION|@ALIAS]`` (``retarget.client.naming``)."""
+        return Model.model_validate((yield from json_call(Call("GET", model_path(model)))))
 
     @staticmethod
     def retire(model_id: str, reason: str, force: bool) -> Op[Model]:
@@ -124,13 +130,15 @@ class ModelOps:
         return Model.model_validate((yield from json_call(call)))
 
     @staticmethod
-    def epsilon(model_id: str, delta: float, accountant: str, wait: float) -> Op[Epsilon]:
+    def epsilon(model: str, delta: float, accountant: str, wait: float) -> Op[Epsilon]:
+        model_id = yield from ModelNameOps.model_id(model)
         params = {"delta": delta, "accountant": accountant}
         call = Call("GET", f"/v1/models/{_segment(model_id)}/epsilon", params=params)
         return Epsilon.model_validate((yield from json_call(call, wait)))
 
     @staticmethod
-    def download(model_id: str, target: str | Path, progress: Progress | None) -> Op[Download]:
+    def download(model: str, target: str | Path, progress: Progress | None) -> Op[Download]:
+        model_id = yield from ModelNameOps.model_id(model)
         path = f"/v1/models/{_segment(model_id)}/weights"
         return (yield from weights(path, target, progress, if_changed=False))
 
@@ -207,12 +215,14 @@ class DeploymentOps:
     @staticmethod
     def create(
         name: str,
-        dataset_id: str,
+        dataset_id: str | None,
         epsilon: float,
         delta: float,
         method: str | None,
         accountant: str | None,
         callback_url: str | None,
+        follows: str | None = None,
+        exist_ok: bool = False,
     ) -> Op[Deployment]:
         body = drop_none(
             name=name,
@@ -222,8 +232,10 @@ class DeploymentOps:
             method=method,
             accountant=accountant,
             callback_url=callback_url,
+            follows=follows,
         )
-        call = Call("POST", "/v1/deployments", json=body)
+        params = {"exist_ok": "true"} if exist_ok else None
+        call = Call("POST", "/v1/deployments", params=params, json=body)
         return Deployment.model_validate((yield from json_call(call)))
 
     @staticmethod

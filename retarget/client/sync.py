@@ -25,6 +25,8 @@ import httpx
 import retarget.client.ops as ops
 from retarget.client.config import resolve
 from retarget.client.errors import ConnectionFailed
+from retarget.client.model_admin import ModelAdmin
+from retarget.client.naming import ModelNames
 from retarget.client.ops import DEFAULT_WAIT_S, Call, Fetch, Op, Progress, Sleep, T
 from retarget.client.resources import (
     DatasetOps,
@@ -143,7 +145,9 @@ class RetargetClient:
             )
         data, files, reader = multipart(call.upload)
         try:
-            return self._http.request(call.method, call.path, data=data, files=files)
+            return self._http.request(
+                call.method, call.path, params=call.params, data=data, files=files
+            )
         finally:
             reader.close()
 
@@ -175,8 +179,13 @@ class Datasets(_Resource):
         metric: str | None = None,
         epsilon_cap: float | None = None,
         delta_cap: float | None = None,
+        exist_ok: bool = False,
     ) -> Dataset:
-        return self._c.run(DatasetOps.create(name, description, metric, epsilon_cap, delta_cap))
+        """Create a dataset; ``exist_ok``: the one of this name when its settings are these
+        (``Conflict`` when they differ). Datasets are named by id or name everywhere."""
+        return self._c.run(
+            DatasetOps.create(name, description, metric, epsilon_cap, delta_cap, exist_ok)
+        )
 
     def list(self, *, offset: int = 0, limit: int = 50) -> Page[Dataset]:
         return self._c.run(DatasetOps.list(offset, limit))
@@ -192,7 +201,7 @@ class Datasets(_Resource):
         return self._c.run(DatasetOps.set_validation(dataset_id, split))
 
 
-class Models(_Resource):
+class Models(_Resource, ModelNames, ModelAdmin):
     def register(
         self,
         file: str | Path,
@@ -208,6 +217,7 @@ class Models(_Resource):
         architecture: dict[str, Any] | None = None,
         extra: dict[str, Any] | None = None,
         progress: Progress | None = None,
+        exist_ok: bool = False,
     ) -> Model:
         """Register a safetensors checkpoint, or a bundle folder (sharded safetensors and
         their index, a PEFT adapter and its configuration, sidecars) through resumable
@@ -225,7 +235,7 @@ class Models(_Resource):
             architecture=architecture,
             extra=extra,
         )
-        return self._c.run(ModelOps.register(file, meta, progress))
+        return self._c.run(ModelOps.register(file, meta, progress, exist_ok))
 
     def list(
         self, *, dataset_id: str | None = None, offset: int = 0, limit: int = 50
@@ -235,15 +245,6 @@ class Models(_Resource):
     def get(self, model_id: str) -> Model:
         return self._c.run(ModelOps.get(model_id))
 
-    def retire(self, model_id: str, reason: str, *, force: bool = False) -> Model:
-        """Leave the model out of every plan of its dataset (admin; ``force`` where a
-        deployment serves it). Its releases stay in the ledger."""
-        return self._c.run(ModelOps.retire(model_id, reason, force))
-
-    def restore(self, model_id: str) -> Model:
-        """Make a retired model a candidate again (admin)."""
-        return self._c.run(ModelOps.restore(model_id))
-
     def epsilon(self, model_id: str, *, delta: float = 1e-5, accountant: str = "best") -> Epsilon:
         return self._c.run(ModelOps.epsilon(model_id, delta, accountant, self._c.wait))
 
@@ -251,14 +252,6 @@ class Models(_Resource):
         self, model_id: str, target: str | Path, *, progress: Progress | None = None
     ) -> Download:
         return self._c.run(ModelOps.download(model_id, target, progress))
-
-    def download_folder(
-        self, model_id: str, folder: str | Path, *, progress: Progress | None = None
-    ) -> FolderDownload:
-        """The model's raw files into ``folder`` (``retarget models download``): scope
-        ``models:download``, and every file downloaded is charged to the dataset's
-        ledger as an exposure of this model (refused with 409 past the cap)."""
-        return self._c.run(ModelOps.download_folder(model_id, folder, progress))
 
 
 class Plans(_Resource):
@@ -332,16 +325,32 @@ class Deployments(_Resource):
     def create(
         self,
         name: str,
-        dataset_id: str,
+        dataset_id: str | None,
         epsilon: float,
         delta: float,
         *,
         method: str | None = None,
         accountant: str | None = None,
         callback_url: str | None = None,
+        follows: str | None = None,
+        exist_ok: bool = False,
     ) -> Deployment:
+        """Bind ``name`` to a dataset (id or name) and a policy. ``follows``:
+        ``[DATASET/]NAME@ALIAS``, serve that alias's version alone (re-targeted when it
+        moves); ``exist_ok``: the deployment of this name, as it is, when it has the same
+        dataset, method, accountant, callback and alias."""
         return self._c.run(
-            DeploymentOps.create(name, dataset_id, epsilon, delta, method, accountant, callback_url)
+            DeploymentOps.create(
+                name,
+                dataset_id,
+                epsilon,
+                delta,
+                method,
+                accountant,
+                callback_url,
+                follows,
+                exist_ok,
+            )
         )
 
     def list(self, *, offset: int = 0, limit: int = 50) -> Page[Deployment]:

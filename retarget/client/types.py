@@ -32,6 +32,9 @@ class Model(Record):
     dataset_id: str
     name: str
     version: int = 1
+    ref: str | None = Field(default=None, description="DATASET/NAME@VERSION")
+    aliases: list[str] = Field(default_factory=list)
+    tags: dict[str, str] = Field(default_factory=dict)
     mechanism: dict[str, Any]
     mechanism_hash: str = ""
     lineage: dict[str, Any] | None = None
@@ -44,6 +47,41 @@ class Model(Record):
     retired_reason: str | None = None
     kind: str = "safetensors"
     files: list[dict[str, Any]] | None = None
+
+
+class Alias(Record):
+    alias: str
+    model_id: str
+    version: int
+    ref: str = ""
+    updated_at: str | None = None
+
+
+class AliasEvent(Record):
+    """One set, move or delete of an alias (``version`` None: deleted)."""
+
+    alias: str
+    version: int | None = None
+    previous_version: int | None = None
+    model_id: str | None = None
+    previous_model_id: str | None = None
+    key_name: str | None = None
+    created_at: str | None = None
+
+
+class Aliases(Record):
+    dataset_id: str
+    name: str
+    aliases: list[Alias] = Field(default_factory=list)
+    history: list[AliasEvent] = Field(default_factory=list)
+
+
+class AliasMoved(Record):
+    """An alias set or moved, and the jobs re-targeting the deployments that follow it."""
+
+    alias: Alias
+    previous_version: int | None = None
+    retargets: list[dict[str, str]] = Field(default_factory=list)
 
 
 class Epsilon(Record):
@@ -112,6 +150,7 @@ class Deployment(Record):
     method: str
     accountant: str
     current_release_id: str | None = None
+    follows: str | None = None
     model_url: str = ""
     last_error: str | None = None
     history: list[dict[str, Any]] = Field(default_factory=list)

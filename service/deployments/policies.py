@@ -20,7 +20,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.accounting.planning import PlanRequestSpec
-from service.deployments import outbox
+from service.deployments import follow, outbox
 from service.deployments.callbacks import AllowList, check_callback_url
 from service.errors import (
     Busy,
@@ -33,7 +33,7 @@ from service.errors import (
 )
 from service.plans.tasks import Compute, in_thread
 from service.profiles.source import ProfileSource
-from service.registry import repository
+from service.registry import names, repository
 from service.registry.blobs import BlobStore
 from service.registry.db import session_scope
 from service.registry.models import Deployment, DeploymentEvent, Release
@@ -46,7 +46,11 @@ log = logging.getLogger(__name__)
 def get_deployment(*, session: Session, name: str) -> Deployment:
     row = session.scalar(select(Deployment).where(Deployment.name == name))
     if row is None:
-        raise NotFound(f"no deployment named {name!r}")
+        recent = select(Deployment.name).order_by(Deployment.created_at.desc())
+        known = list(session.scalars(recent.limit(names.SUGGESTION_SCAN)))
+        suggestions = names.close_names(name, known)
+        hint = f"; did you mean {' or '.join(map(repr, suggestions))}?" if suggestions else ""
+        raise NotFound(f"no deployment named {name!r}{hint}", suggestions=suggestions)
     return row
 
 
@@ -78,7 +82,21 @@ def _spec(dep: Deployment, epsilon: float, delta: float) -> PlanRequestSpec:
         delta=delta,
         method=dep.method,  # type: ignore[arg-type]
         accountant=dep.accountant,  # type: ignore[arg-type]
+        # a following deployment names its one candidate: refused, never dropped
+        strict=dep.follows_name is not None,
     )
+
+
+def _same_settings(dep: Deployment, **wanted: object) -> None:
+    """``exist_ok``: the deployment already there must be the one asked for (409 naming
+    the first difference). Its policy is not compared: policy changes move it."""
+    for field, value in wanted.items():
+        if getattr(dep, field) != value:
+            raise Conflict(
+                f"a deployment named {dep.name!r} already exists with another {field} "
+                f"({getattr(dep, field)!r}, not {value!r})",
+                field=field,
+            )
 
 
 def create_deployment(
@@ -97,12 +115,38 @@ def create_deployment(
     callback_allow: AllowList,
     version: int,
     compute: Compute = in_thread,
-) -> tuple[Deployment, Release, str | None]:
+    follows: tuple[str, str] | None = None,
+    exist_ok: bool = False,
+) -> tuple[Deployment, Release | None, str | None]:
     """A new deployment, its first release and (with a callback) the outbox item that
     announces it; nothing is stored if the release fails. A callback URL naming an
-    internal host is refused (422) unless the operator's allow-list admits it."""
-    if session.scalar(select(Deployment.id).where(Deployment.name == name)) is not None:
-        raise Conflict(f"a deployment named {name!r} already exists")
+    internal host is refused (422) unless the operator's allow-list admits it.
+
+    ``follows`` (model name, alias): the deployment serves that alias's version alone
+    (``service.deployments.follow``), by random selection over that one model.
+    ``exist_ok``: a deployment of this name with the same dataset, method, accountant,
+    callback and alias is returned as it is (release None: nothing new was made)."""
+    if follows is not None:
+        if method not in ("rs", "auto"):
+            raise InvalidInput(
+                f"a deployment that follows an alias serves that one model: method {method!r} "
+                "does not apply (leave it out, or 'rs')"
+            )
+        method = "rs"
+    existing = session.scalar(select(Deployment).where(Deployment.name == name))
+    if existing is not None:
+        if not exist_ok:
+            raise Conflict(f"a deployment named {name!r} already exists")
+        _same_settings(
+            existing,
+            dataset_id=dataset_id,
+            method=method,
+            accountant=accountant,
+            callback_url=callback_url,
+            follows_name=follows[0] if follows else None,
+            follows_alias=follows[1] if follows else None,
+        )
+        return existing, None, None
     if callback_url is not None:
         if not callback_secret:
             raise InvalidInput(
@@ -120,13 +164,15 @@ def create_deployment(
         accountant=accountant,
         callback_url=callback_url,
         policy_version=version,
+        follows_name=follows[0] if follows else None,
+        follows_alias=follows[1] if follows else None,
     )
     release, _ = release_service.retarget(
         session=session,
         profiles=profiles,
         blobs=blobs,
         dataset_id=dataset_id,
-        model_ids=None,
+        model_ids=follow.followed_model_ids(session=session, dep=dep),
         spec=_spec(dep, epsilon, delta),
         deployment=name,
         compute=compute,
@@ -175,8 +221,8 @@ def change_policy(
     profiles: ProfileSource,
     blobs: BlobStore,
     name: str,
-    epsilon: float,
-    delta: float,
+    epsilon: float | None,
+    delta: float | None,
     reason: str | None,
     source: str | None,
     version: int,
@@ -194,6 +240,9 @@ def change_policy(
     On a domain error the deployment keeps its release, the failure is recorded in its
     history, and the error is raised; transient errors (busy, storage, pending
     profiles) are raised without a record, to be retried.
+
+    ``epsilon`` and ``delta`` None: the deployment's current policy, planned again (a
+    following deployment's alias moved: ``service.deployments.follow``).
     """
     with session_scope(session_factory) as session:
         get_deployment(session=session, name=name)  # an unknown name is a plain 404
@@ -202,12 +251,14 @@ def change_policy(
             dep = get_deployment(session=session, name=name)
             if refuse_older:
                 check_order(dep, version)
+            if epsilon is None or delta is None:
+                epsilon, delta = dep.epsilon, dep.delta
             release, _ = release_service.retarget(
                 session=session,
                 profiles=profiles,
                 blobs=blobs,
                 dataset_id=dep.dataset_id,
-                model_ids=None,
+                model_ids=follow.followed_model_ids(session=session, dep=dep),
                 spec=_spec(dep, epsilon, delta),
                 deployment=name,
                 compute=compute,
@@ -255,8 +306,8 @@ def change_policy(
                 DeploymentEvent(
                     deployment_id=dep.id,
                     kind="policy_failed",
-                    epsilon=epsilon,
-                    delta=delta,
+                    epsilon=dep.epsilon if epsilon is None else epsilon,
+                    delta=dep.delta if delta is None else delta,
                     release_id=dep.current_release_id,
                     reason=f"{reason + ': ' if reason else ''}{exc.detail}",
                     source=source,

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.config import Settings
-from service.deployments import notifications, outbox
+from service.deployments import follow, notifications, outbox
 from service.deployments import policies as deployments
 from service.deployments.callbacks import AllowList
 from service.errors import RetargetError
@@ -93,7 +93,7 @@ def run_outbox(ctx: Where, item_id: str, attempt: int) -> dict[str, Any]:
         return {"status": "skipped", "item": item_id}
     claimed = (item_id, attempt + 1)
     try:
-        if item.kind == "policy_change":
+        if item.kind in ("policy_change", follow.KIND):
             return _policy_change(ctx, item.payload, claimed)
         if item.kind == "notify":
             return _notify(ctx, item.payload, claimed)
@@ -109,6 +109,9 @@ def _finish(ctx: Where, claimed: tuple[str, int], status: str, result: dict) -> 
 
 
 def _policy_change(ctx: Where, payload: dict[str, Any], claimed: tuple[str, int]) -> dict[str, Any]:
+    """A policy change from a webhook, or (no ``epsilon``: an alias move's re-target,
+    ``service.deployments.follow``) the deployment's current policy planned again; that
+    one neither moves nor checks the policy's version, so it never rolls a policy back."""
     name = payload["deployment"]
     try:
         change = deployments.change_policy(
@@ -116,12 +119,12 @@ def _policy_change(ctx: Where, payload: dict[str, Any], claimed: tuple[str, int]
             profiles=ctx.profiles,
             blobs=ctx.blobs,
             name=name,
-            epsilon=payload["epsilon"],
-            delta=payload["delta"],
+            epsilon=payload.get("epsilon"),
+            delta=payload.get("delta"),
             reason=payload.get("reason"),
             source=payload.get("source"),
-            version=int(payload["version"]),
-            refuse_older=True,
+            version=int(payload.get("version", 0)),
+            refuse_older="epsilon" in payload,
             notify=bool(ctx.settings.callback_secret),
             item=claimed,
             compute=compute_for(ctx),

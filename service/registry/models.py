@@ -147,6 +147,56 @@ class Model(Base):
     dataset: Mapped[Dataset] = relationship(back_populates="models")
 
 
+class ModelAlias(Base):
+    """A name for one version of a model (``champion``, ``staging``): per dataset and
+    model name, moved atomically; each move is kept in ``model_alias_events``."""
+
+    __tablename__ = "model_aliases"
+    __table_args__ = (
+        UniqueConstraint("dataset_id", "name", "alias", name="uq_model_aliases_name_alias"),
+    )
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    dataset_id: Mapped[str] = mapped_column(ForeignKey("datasets.id", ondelete="RESTRICT"))
+    #: the model's name (every version of it shares the alias's namespace)
+    name: Mapped[str] = mapped_column(String(200))
+    alias: Mapped[str] = mapped_column(String(64))
+    model_id: Mapped[str] = mapped_column(ForeignKey("models.id", ondelete="RESTRICT"), index=True)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class ModelAliasEvent(Base):
+    """The history of an alias: every set, move and delete, with who did it."""
+
+    __tablename__ = "model_alias_events"
+    __table_args__ = (Index("ix_model_alias_events_name", "dataset_id", "name", "created_at"),)
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    dataset_id: Mapped[str] = mapped_column(ForeignKey("datasets.id", ondelete="RESTRICT"))
+    name: Mapped[str] = mapped_column(String(200))
+    alias: Mapped[str] = mapped_column(String(64))
+    #: the version it points at after the event (None: deleted) and before it (None: new)
+    model_id: Mapped[str | None] = mapped_column(String(36))
+    version: Mapped[int | None] = mapped_column(Integer)
+    previous_model_id: Mapped[str | None] = mapped_column(String(36))
+    previous_version: Mapped[int | None] = mapped_column(Integer)
+    key_name: Mapped[str | None] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class ModelTag(Base):
+    """A free key/value tag on one model version (a label: the value is empty)."""
+
+    __tablename__ = "model_tags"
+
+    model_id: Mapped[str] = mapped_column(
+        ForeignKey("models.id", ondelete="CASCADE"), primary_key=True
+    )
+    key: Mapped[str] = mapped_column(String(100), primary_key=True)
+    value: Mapped[str] = mapped_column(String(1000), default="")
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
 class Release(Base):
     """A released model: the plan behind it, the guarantee it carries, its artifact."""
 
@@ -254,6 +304,10 @@ class Deployment(Base):
         ForeignKey("releases.id", ondelete="RESTRICT")
     )
     last_error: Mapped[str | None] = mapped_column(Text)
+    #: the model name and alias this deployment follows (service.deployments.follow): it
+    #: serves that one model, and a move of the alias re-targets it; None: the dataset's plan
+    follows_name: Mapped[str | None] = mapped_column(String(200))
+    follows_alias: Mapped[str | None] = mapped_column(String(64))
     #: orders policy changes (unix seconds, or the webhook's explicit version): an older
     #: one than this is refused, so a delayed or replayed change cannot roll a policy back
     policy_version: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")

@@ -62,6 +62,10 @@ def get_dataset(*, session: Session, dataset_id: str) -> Dataset:
     return dataset
 
 
+def dataset_named(*, session: Session, name: str) -> Dataset | None:
+    return session.scalar(select(Dataset).where(Dataset.name == name))
+
+
 def list_datasets(*, session: Session, offset: int, limit: int) -> tuple[list[Dataset], int]:
     total = session.scalar(select(func.count()).select_from(Dataset)) or 0
     rows = session.scalars(

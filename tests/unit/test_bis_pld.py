@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 from scipy import integrate, special
 
+from service.accounting.bis import composed as bis_composed
 from service.accounting.bis import pld as bis_pld
 from service.accounting.mechanisms import parse_mechanism
 from service.accounting.profiles.profile import compute_profile
@@ -93,7 +94,7 @@ def _quadrature(d: int, s: float, eps: float, remove: bool) -> float:
 def test_single_participation_pld_is_never_below_quadrature(
     d: int, s: float, remove_tol: float, add_tol: float | None
 ) -> None:
-    pair = bis_pld.bis_pld(d, 1, s, 1, 1e-4)
+    pair = bis_composed.bis_pld(d, 1, s, 1, 1e-4)
     assert pair is not None
     grid = np.linspace(-0.3, 6.0, 22) if d == 2 else np.array([0.3, 1.4, 2.7])
     for eps in grid:
@@ -181,7 +182,7 @@ def _monte_carlo(
 def test_single_participation_pld_is_within_monte_carlo(
     d: int, s: float, n: int, remove_eps: list[float], add_eps: list[float]
 ) -> None:
-    pair = bis_pld.bis_pld(d, 1, s, 1, 1e-4)
+    pair = bis_composed.bis_pld(d, 1, s, 1, 1e-4)
     assert pair is not None
     for remove, eps in ((True, remove_eps), (False, add_eps)):
         mean, err = _monte_carlo(d, s, np.array(eps), remove, n)
@@ -212,7 +213,7 @@ def test_heavy_tail_add_curve_of_few_steps_has_no_large_infinite_loss() -> None:
     """d = 10, sigma = 0.3: the heavy grid is wide (h = 28), its first bin would put 0.88
     of the mass at A = 0; the short add grid keeps it below 1e-10, and the epsilon below
     the RDP curve's (measured 16.83 against 18.94)."""
-    pair = bis_pld.bis_pld(10, 1, 0.3, 1, 1e-4)
+    pair = bis_composed.bis_pld(10, 1, 0.3, 1, 1e-4)
     assert pair is not None
     assert pair.delta_add(40.0) < 1e-10
     profile = compute_profile(parse_mechanism(_bis(10, 1, 0.3)))
@@ -225,7 +226,7 @@ def test_large_d_pld_is_within_tilted_monte_carlo() -> None:
     (mu < 0 for add) and weights by the likelihood ratio exp(-mu sum x / s^2 + d mu^2 /
     (2 s^2)): unbiased, and efficient for a sum's tail (Siegmund 1976)."""
     d, s, n = 10_000, 1.0, 800
-    pair = bis_pld.bis_pld(d, 1, s, 1, 1e-4)
+    pair = bis_composed.bis_pld(d, 1, s, 1, 1e-4)
     assert pair is not None
     rng = np.random.default_rng(3)
     for e, remove in ((0.02, True), (0.037, True), (0.037, False)):
@@ -252,7 +253,7 @@ def test_epsilon_is_at_most_the_package_decomposition() -> None:
     theirs = allocation_epsilon_decomposition(
         params=params, config=SchemeConfig(), direction=Direction.BOTH
     )
-    pair = bis_pld.bis_pld(100, 1, 1.0, 1, 1e-4)
+    pair = bis_composed.bis_pld(100, 1, 1.0, 1, 1e-4)
     assert pair is not None
     assert pair.epsilon(1e-5) <= 1.01 * theirs
 
@@ -301,7 +302,7 @@ def _mechanism_monte_carlo(
 def test_blocks_and_epochs_are_never_below_monte_carlo(
     d: int, k: int, s: float, epochs: int
 ) -> None:
-    pair = bis_pld.bis_pld(d, k, s, epochs, 1e-4)
+    pair = bis_composed.bis_pld(d, k, s, epochs, 1e-4)
     assert pair is not None
     eps = [0.0, 0.5, 1.0, 2.0, 3.0]
     for e, (rm, rse, am, ase) in zip(

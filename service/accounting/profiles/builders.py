@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from service.accounting.bis import composed as bis_composed
 from service.accounting.bis import pld as bis_pld
 from service.accounting.bis import rdp as bis
 from service.accounting.conversions import ORDERS
@@ -179,7 +180,7 @@ def _bis(
     rdp_known = safe(mech.epochs * per_epoch)
     rdp = RdpProfile(ints, rdp_known)
     try:
-        pld, width, why = bis_pld.profile_pld(
+        pld, width, why = bis_composed.profile_pld(
             d,
             k,
             sigma,

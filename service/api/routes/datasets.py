@@ -1,16 +1,20 @@
 from __future__ import annotations
 
 import tempfile
+from typing import Annotated
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
 
 from service.api.deps import ContextDep, Limit, Offset, SessionDep, require
 from service.api.schemas import DatasetCreate, DatasetPublic, DatasetsPublic, Problem
+from service.errors import Conflict
 from service.formats.streams import iter_file
 from service.merging.validation import read_split
-from service.registry import repository
+from service.registry import names, repository
 from service.registry.db import session_scope
+from service.registry.idempotency import same_dataset
 
 router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
 
@@ -21,10 +25,33 @@ router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
     dependencies=[require("publish")],
     status_code=201,
     response_model=DatasetPublic,
-    responses={409: {"model": Problem}, 422: {"model": Problem}},
+    responses={
+        200: {"model": DatasetPublic, "description": "exist_ok: the dataset, already there"},
+        409: {"model": Problem},
+        422: {"model": Problem},
+    },
 )
-def create_dataset(body: DatasetCreate, session: SessionDep) -> DatasetPublic:
-    dataset = repository.create_dataset(session=session, **body.model_dump())
+def create_dataset(
+    body: DatasetCreate,
+    session: SessionDep,
+    exist_ok: Annotated[
+        bool,
+        Query(
+            description="answer 200 with the dataset when one of this name exists with the "
+            "same settings (409 when they differ), so a script can run twice"
+        ),
+    ] = False,
+) -> DatasetPublic | JSONResponse:
+    """Create a dataset; names are unique (409), and ``exist_ok`` makes it idempotent."""
+    settings = body.model_dump()
+    try:
+        dataset = repository.create_dataset(session=session, **settings)
+    except Conflict:
+        found = repository.dataset_named(session=session, name=body.name) if exist_ok else None
+        if found is None:
+            raise
+        public = DatasetPublic.model_validate(same_dataset(found, settings))
+        return JSONResponse(public.model_dump(mode="json"), status_code=200)
     session.commit()
     return DatasetPublic.model_validate(dataset)
 
@@ -50,9 +77,8 @@ def list_datasets(session: SessionDep, offset: Offset = 0, limit: Limit = 50) ->
     responses={404: {"model": Problem}},
 )
 def get_dataset(dataset_id: str, session: SessionDep) -> DatasetPublic:
-    return DatasetPublic.model_validate(
-        repository.get_dataset(session=session, dataset_id=dataset_id)
-    )
+    """The dataset with this id or name (404 suggesting close names)."""
+    return DatasetPublic.model_validate(names.dataset_by_ref(session=session, ref=dataset_id))
 
 
 _SPLIT_BODY = {
@@ -97,7 +123,7 @@ async def put_validation(dataset_id: str, request: Request, ctx: ContextDep) -> 
                 dataset = repository.set_validation(
                     session=session,
                     blobs=ctx.blobs,
-                    dataset_id=dataset_id,
+                    dataset_id=names.dataset_id(session=session, ref=dataset_id),
                     chunks=iter_file(body),
                     check=lambda path: read_split(path).examples,
                     max_bytes=ctx.settings.max_upload_bytes,

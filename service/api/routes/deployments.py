@@ -4,10 +4,12 @@ import time
 
 from fastapi import APIRouter, Request, Response
 from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
 from sqlalchemy.orm import Session
 
 from service.api.blob_responses import WEIGHTS_RESPONSES, blob_response
 from service.api.deps import BlobsDep, ContextDep, Limit, Offset, SessionDep, require
+from service.api.naming import ExistOk
 from service.api.schemas import (
     DeploymentCreate,
     DeploymentEventPublic,
@@ -16,11 +18,12 @@ from service.api.schemas import (
     PolicyUpdate,
     Problem,
 )
+from service.deployments import follow
 from service.deployments import policies as service
 from service.deployments.callbacks import AllowList, redact_url
 from service.deployments.runner import dispatch
 from service.errors import NotFound, Unsupported
-from service.registry import repository
+from service.registry import names, repository
 from service.registry.db import session_scope
 from service.registry.models import Deployment
 
@@ -37,6 +40,7 @@ def deployment_public(session: Session, dep: Deployment) -> DeploymentPublic:
         accountant=dep.accountant,
         callback_url=redact_url(dep.callback_url),
         policy_version=dep.policy_version,
+        follows=follow.follows_text(session, dep),
         current_release_id=dep.current_release_id,
         model_url=f"/v1/deployments/{dep.name}/model",
         archive_url=f"/v1/deployments/{dep.name}/archive",
@@ -64,10 +68,24 @@ def deployment_public(session: Session, dep: Deployment) -> DeploymentPublic:
     dependencies=[require("release")],
     status_code=201,
     response_model=DeploymentPublic,
-    responses={404: {"model": Problem}, 409: {"model": Problem}, 422: {"model": Problem}},
+    responses={
+        200: {"model": DeploymentPublic, "description": "exist_ok: the deployment, already there"},
+        404: {"model": Problem},
+        409: {"model": Problem},
+        422: {"model": Problem},
+    },
 )
-async def create_deployment(body: DeploymentCreate, ctx: ContextDep) -> DeploymentPublic:
+async def create_deployment(
+    body: DeploymentCreate, ctx: ContextDep, exist_ok: ExistOk = False
+) -> DeploymentPublic | JSONResponse:
     """Bind a name to a dataset and a policy, and release its first model.
+
+    ``dataset_id`` is the dataset's id or name. With ``follows`` (``NAME@ALIAS``) the
+    deployment serves the version the alias names, alone: each of its releases is a
+    release of that one model, charged as one, refused when the model's own epsilon is
+    over the policy; moving the alias re-targets it. ``exist_ok``: a deployment of this
+    name with the same dataset, method, accountant, callback and alias is answered as
+    it is (200, its current policy: policy changes move that); 409 when they differ.
 
     Nothing is stored when the first release cannot be made (422 with the reason,
     409 over the dataset's cap). A ``callback_url`` whose host is an internal address
@@ -76,14 +94,21 @@ async def create_deployment(body: DeploymentCreate, ctx: ContextDep) -> Deployme
     ``scheme://host[:port]/…``.
     """
 
-    def run() -> DeploymentPublic:
+    def run() -> DeploymentPublic | JSONResponse:
         with session_scope(ctx.session_factory) as session:
-            dep, _, announce = service.create_deployment(
+            ref = body.dataset_id or names.parse_model_ref(str(body.follows)).dataset
+            dataset = names.dataset_by_ref(session=session, ref=str(ref))
+            follows = (
+                follow.parse_follows(session=session, dataset=dataset, follows=body.follows)
+                if body.follows is not None
+                else None
+            )
+            dep, release, announce = service.create_deployment(
                 session=session,
                 profiles=ctx.profiles,
                 blobs=ctx.blobs,
                 name=body.name,
-                dataset_id=body.dataset_id,
+                dataset_id=dataset.id,
                 epsilon=body.epsilon,
                 delta=body.delta,
                 method=body.method,
@@ -93,8 +118,12 @@ async def create_deployment(body: DeploymentCreate, ctx: ContextDep) -> Deployme
                 callback_allow=AllowList.parse(ctx.settings.callback_allow),
                 version=int(time.time()),
                 compute=ctx.plan_jobs.compute,
+                follows=follows,
+                exist_ok=exist_ok,
             )
             public = deployment_public(session, dep)
+        if release is None:  # exist_ok: it was there already
+            return JSONResponse(public.model_dump(mode="json"), status_code=200)
         dispatch(ctx, announce)
         return public
 

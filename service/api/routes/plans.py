@@ -27,6 +27,7 @@ from service.errors import Forbidden, InvalidInput, ProfilesPending
 from service.jobs.queue import JobInfo
 from service.ledger.charges import expose
 from service.plans.planner import guarantee_for, plan_for
+from service.registry import names
 from service.registry.db import session_scope
 from service.releases.retarget import cap_warning, exposed_by
 
@@ -184,12 +185,15 @@ async def create_plan(
     def compute() -> PlanPublic | JSONResponse:
         try:
             with session_scope(ctx.session_factory) as session:
+                dataset_id = names.dataset_id(session=session, ref=body.dataset_id)
                 plan = plan_for(
                     session=session,
                     profiles=ctx.profiles,
                     blobs=ctx.blobs,
-                    dataset_id=body.dataset_id,
-                    model_ids=body.model_ids,
+                    dataset_id=dataset_id,
+                    model_ids=names.model_ids(
+                        session=session, dataset_id=dataset_id, refs=body.model_ids
+                    ),
                     spec=spec,
                     compute=ctx.plan_jobs.compute,
                 )
@@ -197,14 +201,14 @@ async def create_plan(
                     expose(
                         session=session,
                         profiles=ctx.profiles,
-                        dataset_id=body.dataset_id,
+                        dataset_id=dataset_id,
                         kind="scored_plan",
                         model_ids=exposed_by(plan),
                         key_id=who.key_id,
                         key_name=who.name,
                         detail=scored_detail(spec, plan),
                     )
-                warning = cap_warning(session, ctx.profiles, body.dataset_id, plan)
+                warning = cap_warning(session, ctx.profiles, dataset_id, plan)
         except ProfilesPending as exc:
             return pending_response([job_or_queued(ctx.jobs, j) for j in exc.job_ids])
         public = to_public(plan, body.epsilon)
@@ -268,21 +272,25 @@ def plan_job_response(job: JobInfo) -> JSONResponse:
 )
 async def plan_guarantee(body: GuaranteeRequest, ctx: ContextDep) -> GuaranteePublic | JSONResponse:
     """The guarantee of weights you already have (an RS or LC mix of the dataset's
-    models) at ``delta``, under each accountant, rounded up. Costs no privacy."""
-    weights: dict[str, float] = {}
-    for w in body.weights:
-        if w.model_id in weights:
-            raise InvalidInput(f"model {w.model_id!r} is named twice in weights")
-        weights[w.model_id] = w.weight
+    models, each by id or name) at ``delta``, under each accountant, rounded up. Costs
+    no privacy."""
     accountants = ("rdp", "pld") if body.accountant == "best" else (body.accountant,)
 
     def run() -> GuaranteePublic | JSONResponse:
         try:
             with session_scope(ctx.session_factory) as session:
+                dataset_id = names.dataset_id(session=session, ref=body.dataset_id)
+                refs = [w.model_id for w in body.weights]
+                ids = names.model_ids(session=session, dataset_id=dataset_id, refs=refs) or []
+                weights: dict[str, float] = {}
+                for ref, model_id, w in zip(refs, ids, body.weights, strict=True):
+                    if model_id in weights:
+                        raise InvalidInput(f"model {ref!r} is named twice in weights")
+                    weights[model_id] = w.weight
                 result = guarantee_for(
                     session=session,
                     profiles=ctx.profiles,
-                    dataset_id=body.dataset_id,
+                    dataset_id=dataset_id,
                     weights=weights,
                     method=body.method,
                     delta=body.delta,

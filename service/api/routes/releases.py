@@ -26,7 +26,7 @@ from service.api.schemas import (
 )
 from service.errors import ProfilesPending, Unsupported
 from service.ledger import charges as ledger
-from service.registry import repository
+from service.registry import names, repository
 from service.registry.db import session_scope
 from service.registry.exposures import list_exposures
 from service.registry.models import Release
@@ -99,12 +99,16 @@ async def retarget(body: RetargetRequest, request: Request, ctx: ContextDep) -> 
     def run() -> tuple[ReleasePublic | None, bool, JSONResponse | None]:
         try:
             with session_scope(ctx.session_factory) as session:
+                # by id from here on: the dataset's lock and the request's hash take ids
+                dataset_id = names.dataset_id(session=session, ref=body.dataset_id)
                 release, created = release_service.retarget(
                     session=session,
                     profiles=ctx.profiles,
                     blobs=ctx.blobs,
-                    dataset_id=body.dataset_id,
-                    model_ids=body.model_ids,
+                    dataset_id=dataset_id,
+                    model_ids=names.model_ids(
+                        session=session, dataset_id=dataset_id, refs=body.model_ids
+                    ),
                     spec=spec,
                     deployment=body.deployment,
                     dtype=body.dtype,
@@ -208,7 +212,8 @@ def get_ledger(dataset_id: str, ctx: ContextDep) -> LedgerPublic | JSONResponse:
     against the dataset's cap."""
     try:
         with session_scope(ctx.session_factory) as session:
-            dataset = repository.get_dataset(session=session, dataset_id=dataset_id)
+            dataset = names.dataset_by_ref(session=session, ref=dataset_id)
+            dataset_id = dataset.id
             rows = repository.list_releases(session=session, dataset_id=dataset_id)
             exposures = list_exposures(session=session, dataset_id=dataset_id)
             bound = ledger.ledger_bound(

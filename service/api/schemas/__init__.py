@@ -11,6 +11,16 @@ from service.api.schemas.deployments import (
     WebhookAccepted,
 )
 from service.api.schemas.keys import KeyCreate, KeyCreated, KeyPublic, KeysPublic
+from service.api.schemas.names import (
+    AliasesPublic,
+    AliasEventPublic,
+    AliasMoved,
+    AliasPublic,
+    AliasSet,
+    RetargetQueued,
+    TagsPublic,
+    TagsUpdate,
+)
 from service.api.schemas.plans import (
     GuaranteePublic,
     GuaranteeRequest,
@@ -53,6 +63,11 @@ from service.api.schemas.uploads import (
 __all__ = [
     "MAX_BIGINT",
     "MAX_INT",
+    "AliasEventPublic",
+    "AliasMoved",
+    "AliasPublic",
+    "AliasSet",
+    "AliasesPublic",
     "BundleFile",
     "BundleFileRef",
     "Claimed",
@@ -94,7 +109,10 @@ __all__ = [
     "ReleaseFilesPublic",
     "ReleasePublic",
     "ReleasesPublic",
+    "RetargetQueued",
     "RetargetRequest",
+    "TagsPublic",
+    "TagsUpdate",
     "Text",
     "UploadPublic",
     "UploadsMissingPublic",

@@ -13,6 +13,21 @@ Name = Annotated[
         strip_whitespace=True, min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f/\\]+$"
     ),
 ]
+#: A model's name: a Name without '@', which starts a version or an alias
+#: (``DATASET/NAME@VERSION``, ``NAME@champion``).
+ModelName = Annotated[
+    str,
+    StringConstraints(
+        strip_whitespace=True, min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f/\\@]+$"
+    ),
+]
+DATASET_REF = "the dataset's id or its name"
+MODEL_REF = (
+    "a model's id, NAME[@VERSION|@ALIAS] in the request's dataset (default @latest), or "
+    "DATASET/NAME[@VERSION|@ALIAS]"
+)
+#: A model named by its id or by name (``MODEL_REF``).
+ModelRef = Annotated[str, StringConstraints(min_length=1, max_length=500, pattern=r"^[^\x00]+$")]
 #: Free text stored in the database: no NUL characters (Postgres text cannot hold them).
 Text = Annotated[str, StringConstraints(pattern=r"^[^\x00]*$")]
 #: The largest value a BIGINT column holds (2^63 - 1) and an INTEGER one (2^31 - 1).
@@ -49,4 +64,8 @@ class Problem(BaseModel):
     )
     job_ids: list[str] | None = Field(
         default=None, description="profiles-pending / profile-failed: the jobs concerned"
+    )
+    suggestions: list[str] | None = Field(
+        default=None,
+        description="not-found of a name: close names that exist (most alike first)",
     )

@@ -7,17 +7,17 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, StringConstraints
 
-from service.api.schemas.common import Delta, Epsilon, In, Text
+from service.api.schemas.common import DATASET_REF, MODEL_REF, Delta, Epsilon, In, ModelRef, Text
 
 
 class PlanRequest(In):
-    dataset_id: Text = Field(min_length=1, max_length=36)
+    dataset_id: Text = Field(min_length=1, max_length=200, description=DATASET_REF)
     epsilon: Epsilon
     delta: Delta
     method: Literal["rs", "lc", "auto", "checkpoint_average"] = "auto"
     accountant: Literal["rdp", "pld", "best"] = "best"
-    model_ids: list[Annotated[str, StringConstraints(min_length=1, max_length=36)]] | None = Field(
-        default=None, min_length=1, max_length=64
+    model_ids: list[ModelRef] | None = Field(
+        default=None, min_length=1, max_length=64, description=f"the candidates: {MODEL_REF}"
     )
     metric: Annotated[str, StringConstraints(min_length=1, max_length=100)] | None = None
     metric_goal: Literal["max", "min"] | None = Field(
@@ -102,14 +102,14 @@ class PendingPublic(BaseModel):
 
 
 class GuaranteeWeight(In):
-    model_id: str = Field(min_length=1, max_length=36)
+    model_id: ModelRef = Field(description=MODEL_REF)
     weight: float = Field(ge=0, le=1, allow_inf_nan=False)
 
 
 class GuaranteeRequest(In):
     """Weights the caller already has: what do they prove at ``delta``?"""
 
-    dataset_id: Text = Field(min_length=1, max_length=36)
+    dataset_id: Text = Field(min_length=1, max_length=200, description=DATASET_REF)
     delta: Delta
     method: Literal["rs", "lc"]
     accountant: Literal["rdp", "pld", "best"] = "best"

@@ -5,23 +5,48 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
 
 from service.accounting.mechanisms import Mechanism
-from service.api.schemas.common import MAX_BIGINT, MAX_INT, Delta, Epsilon, In, Name, Text
+from service.api.schemas.common import (
+    DATASET_REF,
+    MAX_BIGINT,
+    MAX_INT,
+    Delta,
+    Epsilon,
+    In,
+    ModelName,
+    Name,
+    Text,
+)
 from service.api.schemas.uploads import BundleFileRef
 from service.ledger.charges import DEFAULT_LEDGER_DELTA
 from service.merging.architecture import Architecture
+from service.registry.names import looks_like_id
 
 
 class DatasetCreate(In):
-    name: Name
+    name: Name = Field(description="unique; not shaped like an id (datasets are named by either)")
     description: Text | None = Field(default=None, max_length=10_000)
     metric: Annotated[str, StringConstraints(min_length=1, max_length=100)] | None = Field(
         default=None, description="The utility metric plans maximise by default."
     )
     epsilon_cap: Epsilon | None = None
     delta_cap: Delta | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _not_an_id(cls, name: str) -> str:
+        if looks_like_id(name):
+            raise ValueError("a dataset name cannot have the shape of an id (a UUID)")
+        return name
 
 
 class DatasetPublic(BaseModel):
@@ -76,8 +101,8 @@ class Claimed(In):
 class ModelCreate(In):
     """The ``metadata`` part of a model upload."""
 
-    dataset_id: Text = Field(min_length=1, max_length=36)
-    name: Name
+    dataset_id: Text = Field(min_length=1, max_length=200, description=DATASET_REF)
+    name: ModelName
     version: int = Field(default=1, ge=1, le=MAX_INT)
     mechanism: Mechanism
     lineage: Lineage | None = None
@@ -150,6 +175,15 @@ class ModelPublic(BaseModel):
         "dataset (its releases stay in the ledger)",
     )
     retired_reason: str | None = None
+    ref: str | None = Field(
+        default=None, description="DATASET/NAME@VERSION: the model by name, for people"
+    )
+    aliases: list[str] = Field(
+        default_factory=list, description="the aliases naming this version (NAME@ALIAS)"
+    )
+    tags: dict[str, str] = Field(
+        default_factory=dict, description="free key/value tags (a label has an empty value)"
+    )
 
 
 class ModelRetire(BaseModel):
