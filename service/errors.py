@@ -18,6 +18,8 @@ to a status code and a problem+json ``type`` (``service/api/problems.py``).
     ├── StorageError        the blob store, database or cache failed (503)
     ├── Busy                a lock, the connection pool or the plan processes stayed taken (429)
     ├── ComputeLimitExceeded a plan ran past its wall-clock or memory limit (422)
+    │   └── ProfileOverLimit a privacy profile stopped at its limit (also a ProfileFailed)
+    ├── ProfileFailed       a privacy profile failed for good (422)
     └── ProfilesPending     profiles are being computed: try again (202, not an error)
 """
 
@@ -105,3 +107,8 @@ class ProfilesPending(RetargetError):
 
 class ProfileFailed(RetargetError):
     """The computation of a privacy profile failed for good (its error is on the job)."""
+
+
+class ProfileOverLimit(ComputeLimitExceeded, ProfileFailed):
+    """A privacy profile's computation was stopped at its wall-clock budget or memory
+    limit: answered as the limit it hit (``extra`` as ``ComputeLimitExceeded``'s)."""

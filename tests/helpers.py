@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 import json
 from typing import Any
 
@@ -34,8 +35,17 @@ def sgd(sigma: float, steps: int = 400, q: float = 0.01, lr: float = 0.1, **extr
     }
 
 
-def checkpoint_bytes(seed: int = 0, shapes: dict[str, tuple[int, ...]] | None = None) -> bytes:
-    gen = torch.Generator().manual_seed(seed)
+#: seeds of checkpoints asked for without one: each call other bytes (a dataset refuses
+#: the same bytes twice: a copy is not a second run)
+_FRESH_SEEDS = itertools.count(1_000_000)
+
+
+def checkpoint_bytes(
+    seed: int | None = None, shapes: dict[str, tuple[int, ...]] | None = None
+) -> bytes:
+    """A small safetensors checkpoint: ``seed`` fixes its bytes; without one, each call
+    gives new bytes."""
+    gen = torch.Generator().manual_seed(next(_FRESH_SEEDS) if seed is None else seed)
     shapes = shapes or {"linear.weight": (10, 64), "linear.bias": (10,)}
     return save({name: torch.randn(shape, generator=gen) for name, shape in shapes.items()})
 

@@ -178,10 +178,29 @@ def models_list(
     api_key: ApiKey = None,
     as_json: AsJson = False,
 ) -> int:
-    """List models."""
+    """List models, each with its epsilon at its dataset's delta (the ledger's: the delta
+    cap, else 1e-05)."""
     with connect(url, api_key) as rt:
         page = rt.models.list(dataset_id=dataset, offset=offset, limit=limit)
-    show_rows(page, as_json, ("ref", "id", "aliases", "tags", "size_bytes", "metrics"))
+        if as_json:
+            show_rows(page, True, ())
+            return 0
+        deltas: dict[str, float] = {}
+        rows = []
+        for m in page.data:
+            if m.dataset_id not in deltas:
+                deltas[m.dataset_id] = rt.datasets.get(m.dataset_id).delta_cap or 1e-5
+            delta = deltas[m.dataset_id]
+            row = m.model_dump()
+            row["epsilon"] = f"{rt.models.epsilon(m.id, delta=delta).epsilon:.4g}"
+            row["delta"] = f"{delta:g}"
+            row["metrics"] = {k: round(v, 3) for k, v in m.metrics.items()}
+            rows.append(row)
+    show_rows(
+        {"data": rows, "count": page.count, "offset": page.offset},
+        False,
+        ("ref", "epsilon", "delta", "aliases", "tags", "metrics", "id"),
+    )
     return 0
 
 

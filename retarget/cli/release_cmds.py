@@ -36,8 +36,11 @@ ModelIds = Annotated[
 ]
 Metric = Annotated[str | None, typer.Option(help="objective 'metric': the metric's name")]
 MetricGoal = Annotated[str | None, typer.Option(help="max | min (required with --metric)")]
-MetricSource = Annotated[str | None, typer.Option(help="models | prior")]
-Objective = Annotated[str | None, typer.Option(help="noise | metric | validation")]
+MetricSource = Annotated[str | None, typer.Option(help="models | prior | private")]
+Objective = Annotated[
+    str | None,
+    typer.Option(help="signal | noise | metric | validation (default: chosen by the service)"),
+]
 DEPLOYMENT_FIELDS = (
     "name",
     "dataset_id",
@@ -78,11 +81,30 @@ def _show_plan(plan: Any, as_json: bool, title: str) -> None:
         f"[bold]{title}[/bold]: {data['method']} ({data['accountant']}), epsilon "
         f"{data['epsilon']} at delta {data['delta']:g}  [dim]{data.get('bound', '')}[/dim]"
     )
-    show_rows(data["weights"], False, ("model_id", "weight"))
-    for note in data.get("notes", []):
+    notes = list(data.get("notes", []))
+    if data.get("objective"):
+        # the first note says, in words, which objective chose the plan
+        stdout.print(f"  chosen by: {notes.pop(0) if notes else data['objective']}", markup=False)
+    if data.get("selection_epsilon") is not None:
+        stdout.print(f"  of which the private selection: epsilon {data['selection_epsilon']:g}")
+    show_rows(weight_rows(data["weights"]), False, ("model", "model_id", "weight"))
+    for note in notes:
         stdout.print(f"  note: {note}", markup=False)
     for warning in data.get("warnings", []):
         stdout.print(f"  [yellow]warning[/yellow]: {warning}")
+
+
+def weight_rows(weights: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Plan weights as table rows: the model's name, its id, and the weight (under 0.001
+    shown as such, never rounded to a misleading 0)."""
+    return [
+        {
+            "model": w.get("model_name") or "",
+            "model_id": w["model_id"],
+            "weight": "<0.001" if w["weight"] < 1e-3 else f"{w['weight']:.3f}",
+        }
+        for w in weights
+    ]
 
 
 def plan(

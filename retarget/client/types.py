@@ -95,6 +95,7 @@ class Epsilon(Record):
 
 class PlanWeight(Record):
     model_id: str
+    model_name: str | None = None
     weight: float
 
 
@@ -105,11 +106,13 @@ class Plan(Record):
     epsilon: float
     delta: float
     bound: str = ""
+    objective: str = ""
     expected_utility: float | None = None
     exposed_model_ids: list[str] = Field(default_factory=list)
     heuristic: bool = False
     notes: list[str] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
+    selection_epsilon: float | None = None
 
 
 class Guarantee(Record):

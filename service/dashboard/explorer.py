@@ -39,6 +39,7 @@ from service.errors import ProfilesPending
 from service.plans.planner import TASK_CACHE, candidate_rows, task_cache_key, usable_candidates
 from service.registry import repository
 from service.registry.db import session_scope
+from service.registry.model_rows import metric_sources
 from service.registry.models import Dataset, Model
 
 router = APIRouter(prefix="/admin", include_in_schema=False)
@@ -96,13 +97,29 @@ async def frontier_svg(dataset_id: str, ctx: ContextDep, who: Viewer) -> Respons
         ctx,
         dataset_id,
         "frontier",
-        lambda dataset, rows: [{m.id: m.name for m in rows}, dataset_delta(dataset)],
+        lambda dataset, rows: [
+            {m.id: m.name for m in rows},
+            dataset_delta(dataset),
+            frontier_metric(dataset, rows, admin="admin" in who.scopes),
+        ],
     )
     if isinstance(answer, Response):
         return answer
     frontier, dataset_name, _ = answer
     title = f"{dataset_name}: RS vs LC (delta {frontier.delta:g})"
     return Response(render(frontier_chart(frontier, title)), media_type="image/svg+xml")
+
+
+def frontier_metric(dataset: Dataset, rows: list[Model], admin: bool) -> str | None:
+    """The metric the frontier plots: the dataset's, when every model has it and the
+    viewer may see its values (admin, or every model declares it 'prior'); else None
+    (the chart falls back to the noise proxy)."""
+    metric = dataset.metric
+    if metric is None or not rows or any(metric not in (m.metrics or {}) for m in rows):
+        return None
+    if admin or all(metric_sources(m).get(metric) == "prior" for m in rows):
+        return metric
+    return None
 
 
 def bounded(

@@ -32,6 +32,7 @@ from service.profiles.source import profiles_or_pending
 from service.registry import repository
 from service.registry.db import session_scope
 from service.registry.keys import DOWNLOAD_SCOPE
+from service.registry.model_rows import visible_metrics
 from service.registry.models import Dataset, Model, Release
 
 router = APIRouter(prefix="/admin", include_in_schema=False)
@@ -94,6 +95,8 @@ def dataset_page(
                 "m": m,
                 "summary": mechanism_summary(m.mechanism),
                 "epsilon": round_up(e) if isinstance(e, float) and math.isfinite(e) else e,
+                # a read session sees only metrics declared 'prior' (docs/utility.md)
+                "metrics": visible_metrics(m, show_all="admin" in who.scopes)[0],
             }
             for m, e in zip(models, epsilons, strict=True)
         ]
@@ -133,6 +136,7 @@ def model_page(request: Request, model_id: str, ctx: ContextDep, who: Viewer) ->
             who,
             model=model,
             dataset=dataset,
+            metrics=visible_metrics(model, show_all="admin" in who.scopes),
             summary=mechanism_summary(model.mechanism),
             table=table,
             pending=profiles is None,

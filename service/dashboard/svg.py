@@ -20,6 +20,8 @@ class Series:
     dashed: bool = False
     markers_only: bool = False
     color: str | None = None
+    #: one name per point: written beside it and in its tooltip
+    labels: Sequence[str] | None = None
 
 
 @dataclass
@@ -107,8 +109,23 @@ def render(chart: Chart) -> str:
             out.append(
                 f'<polyline points="{coords}" fill="none" stroke="{color}" stroke-width="2"{dash}/>'
             )
+        names = dict(zip(s.points, s.labels, strict=False)) if s.labels else {}
         for x, y in good:
-            out.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3" fill="{color}"/>')
+            name = names.get((x, y))
+            if name is None:
+                tip = f"{s.label}: epsilon {x:.4g}, {y:.3g}"
+                out.append(
+                    f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3" fill="{color}">'
+                    f"<title>{escape(tip)}</title></circle>"
+                )
+                continue
+            tip = f"{name}: epsilon {x:.4g}, {y:.3g}"
+            out.append(
+                f'<g class="point"><circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="4" '
+                f'fill="{color}"><title>{escape(tip)}</title></circle>'
+                f'<text x="{sx(x) + 6:.1f}" y="{sy(y) - 6:.1f}" font-size="10" '
+                f'fill="#333">{escape(name)}</text></g>'
+            )
         if s.markers_only:
             out.append(f'<circle cx="{left + w + 18}" cy="{ly - 3}" r="4" fill="{color}"/>')
         else:

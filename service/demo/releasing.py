@@ -43,7 +43,9 @@ def release_and_score(
     result: DemoResult,
 ) -> Row | None:
     """Release one plan, download it and score it on the held-out test split."""
-    method, acc, target = request["method"], request["accountant"], request["epsilon"]
+    # the default plan names neither method nor objective: what a new user gets
+    method = request.get("method", "auto")
+    acc, target = request.get("accountant", "best"), request["epsilon"]
     t0 = time.perf_counter()
     try:
         release = api.releases.create(**request).model_dump()
@@ -66,13 +68,15 @@ def release_and_score(
     blob = fetch(api, release["release_id"])
     test_acc = test_accuracy_of(family, blob, data.test)
     expected = (
-        sum(w * by_id[m]["test_accuracy"] for m, w in weights.items()) if method == "rs" else None
+        sum(w * by_id[m]["test_accuracy"] for m, w in weights.items())
+        if release["method"] == "rs"
+        else None
     )
     row = Row(
         family=family,
-        method=method,
+        method=method if method != "auto" else release["method"],
         accountant=release["accountant"],
-        objective=request["objective"],
+        objective=request.get("objective") or f"default ({release['plan']['objective']})",
         target=target,
         epsilon=release["epsilon"],
         test_accuracy=test_acc,
@@ -125,7 +129,8 @@ def checkpoint_run(
     }
     rs_plan = api.plans.create(**{**request, "method": "rs"}).model_dump()
     try:
-        api.plans.create(**{**request, "method": "lc"})
+        got = api.plans.create(**{**request, "method": "lc"})
+        print("DEBUG-LC", got.model_dump())
         lc_refusal = None
     except ApiError as exc:
         lc_refusal = {"status": exc.status, "detail": exc.problem.get("detail")}

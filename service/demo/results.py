@@ -69,6 +69,8 @@ class DemoResult:
     infeasible: list[dict[str, Any]] = field(default_factory=list)
     checkpoints: dict[str, Any] = field(default_factory=dict)
     checks: dict[str, bool] = field(default_factory=dict)
+    #: per (family, seed, target): the default plan's accuracy and the oracle's
+    regret: list[dict[str, Any]] = field(default_factory=list)
     #: examples in each split of the data: train (private), validation (public), test
     split: dict[str, int] = field(default_factory=dict)
     dashboard: Dashboard | None = None

@@ -32,6 +32,7 @@ from safetensors.torch import save
 
 from retarget.client import RetargetClient as Client
 from service.demo.data import Digits, Split, load_digits_splits
+from service.demo.oracle import oracle_accuracy
 from service.demo.releasing import (
     check_claims,
     checkpoint_run,
@@ -245,6 +246,7 @@ def _register(
                 "noise_multiplier": m.metadata["mechanism"]["noise_multiplier"],
                 "clipping_norm": m.metadata["mechanism"]["clipping_norm"],
                 "steps": m.metadata["mechanism"]["steps"],
+                "mechanism": m.metadata["mechanism"],
                 "seed": m.extra.get("repetition"),
             }
             ids.setdefault(group, []).append(entry)
@@ -279,10 +281,10 @@ def _frontier(
     # RS by the noise objective: the models' validation accuracy is a function of the
     # private models, so a selection read from it would cost their joint release
     combos = [
-        ("rs", "rdp", "noise"),
-        ("rs", "pld", "noise"),
-        ("lc", "rdp", "noise"),
-        ("lc", "pld", "noise"),
+        ("rs", "rdp", "signal"),
+        ("rs", "pld", "signal"),
+        ("lc", "rdp", "signal"),
+        ("lc", "pld", "signal"),
     ]
     validation_at = (
         set(targets[-options.validation_targets :]) if options.validation_targets else set()
@@ -305,8 +307,70 @@ def _frontier(
                     "model_ids": group,
                 }
                 row = release_and_score(api, request, family, seed, by_id, data, progress, result)
-                if row is not None and method == "lc" and objective == "noise":
+                if row is not None and method == "lc" and objective == "signal":
                     row.other_accountant_epsilon = other_accountant(api, request, row)
+            _default_against_oracle(
+                api, dataset_id, family, seed, target, group, by_id, data, options, progress, result
+            )
+
+
+def _default_against_oracle(
+    api: Client,
+    dataset_id: str,
+    family: str,
+    seed: int,
+    target: float,
+    group: list[str],
+    by_id: dict[str, dict[str, Any]],
+    data: Digits,
+    options: DemoOptions,
+    progress: Progress,
+    result: DemoResult,
+) -> None:
+    """The default plan (no method, no objective: what a new user gets) released and
+    scored, against the oracle of ``service.demo.oracle`` (test labels: report only)."""
+    request = {
+        "dataset_id": dataset_id,
+        "epsilon": target,
+        "delta": options.delta,
+        "model_ids": group,
+    }
+    row = release_and_score(api, request, family, seed, by_id, data, progress, result)
+    if row is not None:  # reported in its own table (report.regret_section), not the frontier's
+        result.rows.remove(row)
+    oracle = oracle_accuracy([by_id[m] for m in group], target, options.delta)
+    default = None
+    if row is not None:
+        default = (
+            row.expected_test_accuracy
+            if row.expected_test_accuracy is not None
+            else row.test_accuracy
+        )
+    # what a key without scope 'publish' (or a dataset without a split) gets: 'signal'
+    signal = next(
+        (
+            r.expected_test_accuracy
+            for r in result.rows
+            if (r.family, r.seed, r.target, r.method, r.accountant, r.objective)
+            == (family, seed, target, "rs", "pld", "signal")
+        ),
+        None,
+    )
+    result.regret.append(
+        {
+            "signal": signal,
+            "family": family,
+            "seed": seed,
+            "target": target,
+            "default": default,
+            "oracle": oracle,
+            "method": row.method if row is not None else "-",
+            "objective": row.objective if row is not None else "-",
+            "weights": {by_id[m]["name"]: w for m, w in row.weights.items()} if row else {},
+        }
+    )
+    if default is not None and oracle is not None:
+        progress(f"  default plan at {target:g}: {default:.3f}, oracle {oracle:.3f}")
 
 
 def main(out: Path, quick: bool = False, progress: Progress = print) -> int:

@@ -118,7 +118,7 @@ def comparisons(all_stats: list[Stat]) -> list[Comparison]:
     by_key = {
         (s.family, s.method, s.target): s
         for s in all_stats
-        if s.accountant == "pld" and s.objective == "noise"
+        if s.accountant == "pld" and s.objective == "signal"
     }
     out = []
     for (family, method, target), lc in sorted(by_key.items()):

@@ -48,6 +48,19 @@ DEFAULT_LEDGER_DELTA = 1e-5
 #: (exposed model ids, epsilon, delta): one release or exposure, as the ledger sees it
 Entry = tuple[list[str], float, float]
 
+#: The exposure kind of a private selection: its models, plus its own epsilon (pure DP)
+SELECTION_KIND = "private_selection"
+
+
+def selections_epsilon(session: Session, dataset_id: str) -> float:
+    """The sum of every recorded private selection's own epsilon (each pure DP, drawn
+    once: a repeat shows the same choice and is one row)."""
+    return sum(
+        float((e.detail or {}).get("selection_epsilon") or 0.0)
+        for e in list_exposures(session=session, dataset_id=dataset_id)
+        if e.kind == SELECTION_KIND
+    )
+
 
 @dataclass
 class LedgerBound:
@@ -97,13 +110,23 @@ def ledger_entries(session: Session, dataset_id: str) -> list[Entry]:
 
 
 def ledger_bound(
-    *, session: Session, profiles: ProfileSource, dataset: Dataset, releases: list[Entry]
+    *,
+    session: Session,
+    profiles: ProfileSource,
+    dataset: Dataset,
+    releases: list[Entry],
+    extra_epsilon: float = 0.0,
 ) -> LedgerBound:
-    """The cumulative bound of ``releases`` = [(exposed model ids, epsilon, delta)]."""
+    """The cumulative bound of ``releases`` = [(exposed model ids, epsilon, delta)],
+    plus the dataset's recorded private selections and ``extra_epsilon`` (one about to
+    be drawn): each is eps_sel-DP given the models it read, so by adaptive composition
+    (basic: pure DP adds its epsilon at the same delta) their epsilons add to the joint
+    release of the exposed models."""
     delta = ledger_delta(dataset)
+    selections = selections_epsilon(session, dataset.id) + extra_epsilon
     exposed = sorted({mid for ids, _, _ in releases for mid in ids})
     if not exposed:
-        return LedgerBound(0.0, delta, "none", [], [])
+        return LedgerBound(selections, delta, "none", [], [])
     models = list(repository.models_by_id(session=session, model_ids=exposed).values())
     reps = representatives(models)
     found = profiles_or_pending(
@@ -112,6 +135,7 @@ def ledger_bound(
     eps, used = joint_bound(found, delta)
     if len(releases) == 1 and releases[0][2] <= delta and releases[0][1] < eps:
         eps, used = releases[0][1], "release"
+    eps += selections
     heuristic = any(p.heuristic for p in found)
     return LedgerBound(eps, delta, used, exposed, [m.id for m in reps], heuristic)
 
@@ -135,6 +159,7 @@ def check_cap(
     dataset: Dataset,
     entry: Entry,
     what: str = "releasing this",
+    extra_epsilon: float = 0.0,
 ) -> None:
     """Refuse (``BudgetExceeded``) what would push the dataset over its cap: its delta
     above the delta cap, or the ledger's bound with ``entry`` added over the epsilon cap."""
@@ -148,7 +173,11 @@ def check_cap(
         )
     past = ledger_entries(session, dataset.id)
     bound = ledger_bound(
-        session=session, profiles=profiles, dataset=dataset, releases=[*past, entry]
+        session=session,
+        profiles=profiles,
+        dataset=dataset,
+        releases=[*past, entry],
+        extra_epsilon=extra_epsilon,
     )
     cap = dataset.epsilon_cap if dataset.epsilon_cap is not None else math.inf
     if bound.epsilon > cap:

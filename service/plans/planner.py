@@ -1,4 +1,4 @@
-"""Plans from the registry: load candidates and their profiles, then plan.
+"""Plans from the registry: load candidates and their profiles (``candidates``), then plan.
 
 Plans need every candidate's profile. Missing ones are queued (embedded default:
 computed right away) and the plan answers 202 until they are cached. The plan
@@ -14,168 +14,43 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+from dataclasses import replace
 from typing import Any
 
 from safetensors.torch import load_file
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.accounting.lc.accountant import lc_input
-from service.accounting.mechanisms import Mechanism, canonical_json, parse_mechanism
-from service.accounting.planning import Candidate, Evaluate, Plan, PlanRequestSpec, make_plan
+from service.accounting.mechanisms import canonical_json
+from service.accounting.planning import (
+    Evaluate,
+    Plan,
+    PlanRequestSpec,
+    default_objective,
+    make_plan,
+)
 from service.accounting.planning.guarantees import Guarantee
-from service.accounting.profiles.profile import PrivacyProfile
-from service.errors import InvalidInput, NotFound, ProfileFailed, StorageError, Unsupported
+from service.errors import StorageError, Unsupported
 from service.jobs.lru import Lru
 from service.merging.architecture import Architecture
 from service.merging.validation import Scorer, read_split
+from service.plans.candidates import (
+    candidate_rows,
+    candidates_from,
+    chosen_candidates,
+    lc_released,
+    load_candidates,
+    usable_candidates,
+)
 from service.plans.tasks import Compute, in_thread
-from service.profiles.source import ProfileSource, profiles_or_failures
+from service.profiles.source import ProfileSource
 from service.registry import repository
 from service.registry.blobs import BlobStore
+from service.registry.model_rows import metric_sources
 from service.registry.models import Dataset, Model
 
 
-def candidate_rows(
-    *, session: Session, dataset_id: str, model_ids: list[str] | None
-) -> list[Model]:
-    """The dataset's models that are not retired (or the named ones, which must all
-    belong to it and none be retired), in order."""
-    repository.get_dataset(session=session, dataset_id=dataset_id)
-    if model_ids:
-        rows = list(session.scalars(select(Model).where(Model.id.in_(model_ids))))
-        found = {m.id for m in rows}
-        missing = [m for m in model_ids if m not in found]
-        if missing:
-            raise NotFound(f"no model with id {missing[0]!r}", missing=missing)
-        foreign = [m.id for m in rows if m.dataset_id != dataset_id]
-        if foreign:
-            raise InvalidInput(
-                f"model {foreign[0]!r} belongs to another dataset: models trained on "
-                "different data cannot be merged or selected among for this dataset",
-                foreign=foreign,
-            )
-        retired = [m for m in rows if m.retired_at is not None]
-        if retired:
-            raise InvalidInput(
-                f"model {retired[0].id!r} is retired ({retired[0].retired_reason}): it is no "
-                "candidate of any plan",
-                retired=[m.id for m in retired],
-            )
-        order = {m: i for i, m in enumerate(model_ids)}
-        rows.sort(key=lambda m: order[m.id])
-        return rows
-    return list(
-        session.scalars(
-            select(Model)
-            .where(Model.dataset_id == dataset_id, Model.retired_at.is_(None))
-            .order_by(Model.created_at)
-        )
-    )
-
-
-def candidates_from(
-    rows: list[Model], profiles: ProfileSource, *, for_lc: bool = False
-) -> list[Candidate]:
-    """Candidates with their profiles (``ProfilesPending`` while any is computed,
-    ``ProfileFailed`` if one failed).
-
-    ``for_lc``: also the profile of what LC composes jointly for each model (its run
-    before the last step), through the same cache and workers as every profile."""
-    candidates, left_out = _load(rows, profiles, for_lc=for_lc, strict=True)
-    assert not left_out
-    return candidates
-
-
-def usable_candidates(
-    rows: list[Model], profiles: ProfileSource, *, for_lc: bool = False
-) -> tuple[list[Candidate], list[str]]:
-    """The candidates among ``rows`` that can be planned with, and a note for each model
-    left out: one whose stored mechanism no longer parses or whose profile failed (over
-    its budget, or an error). So one bad registration never breaks the plans of the
-    other models of its dataset. ``ProfilesPending`` while any profile is computed."""
-    return _load(rows, profiles, for_lc=for_lc, strict=False)
-
-
-def _load(
-    rows: list[Model], profiles: ProfileSource, *, for_lc: bool, strict: bool
-) -> tuple[list[Candidate], list[str]]:
-    left_out: list[str] = []
-    parsed: list[tuple[Model, Mechanism]] = []
-    for row in rows:
-        try:
-            parsed.append((row, parse_mechanism(row.mechanism)))
-        except ValueError as exc:  # a record stored under older, looser rules
-            if strict:
-                raise InvalidInput(
-                    f"model {row.id!r}'s stored mechanism is invalid: {exc}"
-                ) from exc
-            left_out.append(f"model {_label(row)} left out: its stored mechanism is invalid")
-    items = [(f"model {row.id!r}", m) for row, m in parsed]
-    prefixes: dict[int, int] = {}
-    if for_lc:
-        for i, (row, m) in enumerate(parsed):
-            released = lc_released(m)
-            if released is not None:
-                prefixes[i] = len(items)
-                items.append((f"model {row.id!r} before its last step", released))
-    found = profiles_or_failures(profiles, items)
-    out = []
-    for i, (row, mechanism) in enumerate(parsed):
-        own = found[i]
-        before = found[prefixes[i]] if i in prefixes else None
-        failed = next((f for f in (own, before) if isinstance(f, ProfileFailed)), None)
-        if failed is not None:
-            if strict:
-                raise failed
-            left_out.append(f"model {_label(row)} left out: {failed.detail}")
-            continue
-        assert isinstance(own, PrivacyProfile)
-        out.append(
-            Candidate(
-                id=row.id,
-                mechanism=mechanism,
-                profile=own,
-                metrics={k: float(v) for k, v in (row.metrics or {}).items()},
-                run_id=row.lineage_run_id,
-                step=row.lineage_step,
-                lineage_verified=bool(row.lineage_verified),
-                signature_hash=row.signature_hash,
-                released_profile=before if isinstance(before, PrivacyProfile) else None,
-            )
-        )
-    return out, left_out
-
-
-def _label(row: Model) -> str:
-    return f"{row.name!r} ({row.id})"
-
-
-def lc_released(mechanism: Mechanism) -> Mechanism | None:
-    """The mechanism LC composes jointly for a model (its run before the last step), when
-    that is not the model's own mechanism."""
-    try:
-        inp = lc_input(mechanism)
-    except Unsupported:
-        return None
-    return inp.released if inp.final is not None else None
-
-
 def uses_lc(spec: PlanRequestSpec) -> bool:
-    return spec.method in ("lc", "auto") and spec.objective in (None, "noise")
-
-
-def load_candidates(
-    *,
-    session: Session,
-    profiles: ProfileSource,
-    dataset_id: str,
-    model_ids: list[str] | None,
-    for_lc: bool = False,
-) -> list[Candidate]:
-    """The dataset's models (or the named ones, which must all belong to it) with profiles."""
-    rows = candidate_rows(session=session, dataset_id=dataset_id, model_ids=model_ids)
-    return candidates_from(rows, profiles, for_lc=for_lc)
+    return spec.method in ("lc", "auto") and spec.objective in (None, "noise", "signal")
 
 
 def validation_evaluator(
@@ -218,6 +93,72 @@ def validation_evaluator(
     return evaluate
 
 
+def with_dataset_metric(dataset: Dataset, spec: PlanRequestSpec) -> PlanRequestSpec:
+    """Objective 'metric' without a metric: the dataset's (and its direction, if the
+    request gives none)."""
+    if spec.objective == "metric" and spec.metric is None and dataset.metric:
+        goal = spec.metric_goal or dataset.metric_goal
+        return replace(spec, metric=dataset.metric, metric_goal=goal)  # type: ignore[arg-type]
+    return spec
+
+
+def resolve_default(
+    *, dataset: Dataset, rows: list[Model], spec: PlanRequestSpec, may_score: bool
+) -> PlanRequestSpec:
+    """The objective of a request that leaves it out, metrics first (docs/utility.md):
+
+    1. the dataset's metric, when every candidate declares it 'prior' (fixed without
+       these models: random selection by it costs nothing beyond Theorems 5.1/5.2);
+    2. the dataset's public validation split (objective 'validation'), when the caller
+       may read the models (scope 'publish'): scoring reads the models, so the plan is
+       charged as the joint release of the models scored;
+    3. 'signal', the noise-to-signal ratio of each model's training (mechanisms only).
+
+    Which one applied, and why the others did not, goes into the plan's notes."""
+    if spec.objective is not None or spec.method == "checkpoint_average":
+        return spec
+    if default_objective(spec) == "metric":  # a metric named with method rs
+        return spec
+    notes: list[str] = []
+    metric = spec.metric or dataset.metric
+    if metric is not None and spec.method in ("rs", "auto"):
+        undeclared = [m for m in rows if metric_sources(m).get(metric) != "prior"]
+        if not undeclared and rows:
+            goal = spec.metric_goal or dataset.metric_goal or "max"
+            return replace(
+                spec,
+                objective="metric",
+                metric=metric,
+                metric_goal=goal,  # type: ignore[arg-type]
+                metric_source="prior",
+                context_notes=(
+                    f"every candidate declares metric {metric!r} 'prior' (fixed without "
+                    "these models): the default plan uses it",
+                ),
+            )
+        notes.append(
+            f"metric {metric!r} not used by default: {len(undeclared)} candidate(s) do not "
+            "declare it 'prior'"
+        )
+    if dataset.validation_sha256 is not None and spec.method in ("lc", "auto"):
+        if may_score:
+            return replace(
+                spec,
+                objective="validation",
+                context_notes=(
+                    *notes,
+                    "the dataset has a public validation split: the default plan scores the "
+                    "models on it, which reads them, so the plan is charged to the ledger as "
+                    "the joint release of the models scored (scope 'publish')",
+                ),
+            )
+        notes.append(
+            "the dataset has a public validation split, but scoring on it reads the models "
+            "(scope 'publish', charged): this key gets the mechanism-only default"
+        )
+    return replace(spec, objective="signal", context_notes=tuple(notes))
+
+
 def plan_for(
     *,
     session: Session,
@@ -227,11 +168,15 @@ def plan_for(
     model_ids: list[str] | None,
     spec: PlanRequestSpec,
     compute: Compute = in_thread,
+    may_score: bool = False,
 ) -> Plan:
+    """The plan for ``spec``; a request without an objective is resolved first
+    (``resolve_default``: a plan scored on the validation split only when ``may_score``).
+    A plan that read the models carries them in ``exposed``: the caller charges them."""
     dataset = repository.get_dataset(session=session, dataset_id=dataset_id)
-    if spec.objective == "metric" and spec.metric is None and dataset.metric:
-        spec = PlanRequestSpec(**{**spec.__dict__, "metric": dataset.metric})
     rows = candidate_rows(session=session, dataset_id=dataset_id, model_ids=model_ids)
+    spec = with_dataset_metric(dataset, spec)
+    spec = resolve_default(dataset=dataset, rows=rows, spec=spec, may_score=may_score)
     for_lc = uses_lc(spec) and spec.objective != "validation"
     candidates, left_out = chosen_candidates(rows, profiles, model_ids, for_lc=for_lc)
     rows = [r for r in rows if r.id in {c.id for c in candidates}]
@@ -249,14 +194,24 @@ def plan_for(
     return plan
 
 
-def chosen_candidates(
-    rows: list[Model], profiles: ProfileSource, model_ids: list[str] | None, *, for_lc: bool
-) -> tuple[list[Candidate], list[str]]:
-    """The candidates of a request: every model it names must be usable (an error
-    otherwise); of a whole dataset, the usable ones, with a note for each left out."""
-    if model_ids:
-        return candidates_from(rows, profiles, for_lc=for_lc), []
-    return usable_candidates(rows, profiles, for_lc=for_lc)
+__all__ = [
+    "PLAN_CACHE",
+    "TASK_CACHE",
+    "candidate_rows",
+    "candidates_from",
+    "chosen_candidates",
+    "guarantee_for",
+    "lc_released",
+    "load_candidates",
+    "plan_cache_key",
+    "plan_for",
+    "resolve_default",
+    "task_cache_key",
+    "usable_candidates",
+    "uses_lc",
+    "validation_evaluator",
+    "with_dataset_metric",
+]
 
 
 def plan_cache_key(spec: PlanRequestSpec, rows: list[Model]) -> str:
@@ -272,6 +227,8 @@ def _candidates_key(rows: list[Model]) -> list[list]:
             m.id,
             m.mechanism_hash,
             m.metrics,
+            m.metric_declarations,
+            m.name,
             m.lineage_run_id,
             m.lineage_step,
             bool(m.lineage_verified),

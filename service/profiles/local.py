@@ -34,6 +34,7 @@ from service.jobs.queue import InProcessJobs, JobInfo
 from service.profiles.cache import DEFAULT_CACHE_BYTES, MemoryProfileStore, Profiles
 from service.profiles.claims import apply_claim_checks
 from service.profiles.compute import PROFILE
+from service.errors import ComputeLimitExceeded
 from service.registry.db import session_scope
 
 log = logging.getLogger(__name__)
@@ -168,6 +169,8 @@ class InProcessProfiles:
             self.jobs.finish(running.job, result=result)
         except Exception as exc:  # over its budget or memory, an error, or shutting down
             log.warning("the profile of %s failed: %s", key, exc)
+            if isinstance(exc, ComputeLimitExceeded):  # which limit, for the answer
+                running.job.meta["limit"] = dict(exc.extra)
             self.jobs.finish(running.job, error=f"{type(exc).__name__}: {exc}")
             with self._lock:
                 self._failed[key] = (running.job, time.monotonic() + self.failure_ttl_s)

@@ -24,7 +24,13 @@ import redis
 from service.accounting.mechanisms import Mechanism, canonical_mechanism, mechanism_hash
 from service.accounting.pld.pair import DEFAULT_DISCRETIZATION
 from service.accounting.profiles.profile import PrivacyProfile
-from service.errors import NotFound, ProfileFailed, ProfilesPending, StorageError
+from service.errors import (
+    NotFound,
+    ProfileFailed,
+    ProfileOverLimit,
+    ProfilesPending,
+    StorageError,
+)
 from service.jobs.queue import JobInfo, RQJobs
 from service.profiles.cache import profile_key
 from service.profiles.compute import PROFILE
@@ -133,7 +139,7 @@ def profiles_or_failures(
             continue
         assert job is not None
         if job.status == "failed":
-            out.append(ProfileFailed(f"the profile of {label} failed: {job.error}", job_id=job.id))
+            out.append(_failure(label, job))
             continue
         pending[job.id] = job
     if pending:
@@ -141,6 +147,15 @@ def profiles_or_failures(
             f"{len(pending)} privacy profile(s) are being computed", job_ids=list(pending)
         )
     return out
+
+
+def _failure(label: str, job: JobInfo) -> ProfileFailed:
+    """The error of a failed profile job: the limit it hit, when it was stopped at one."""
+    detail = f"the profile of {label} failed: {job.error}"
+    limit = job.meta.get("limit")
+    if isinstance(limit, dict):
+        return ProfileOverLimit(detail, job_id=job.id, **limit)
+    return ProfileFailed(detail, job_id=job.id)
 
 
 def profiles_or_pending(

@@ -31,10 +31,12 @@ def record_exposure(
     key_id: str | None,
     key_name: str,
     detail: dict[str, Any] | None = None,
+    subject: str | None = None,
 ) -> Exposure:
-    """The exposure's row: a repeat by the same key of the same models adds to its
+    """The exposure's row: a repeat by the same key of the same models (or of the same
+    ``subject``, when the caller names what makes two exposures one) adds to its
     ``count``; anything else is a new row."""
-    subject = exposure_subject(kind, model_ids, key_id)
+    subject = subject or exposure_subject(kind, model_ids, key_id)
     row = session.scalar(
         select(Exposure).where(Exposure.dataset_id == dataset_id, Exposure.subject == subject)
     )

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import uuid
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, ClassVar
 
 from sqlalchemy import (
     JSON,
     BigInteger,
     Boolean,
-    DateTime,
     Float,
     ForeignKey,
     Index,
@@ -18,13 +16,13 @@ from sqlalchemy import (
     MetaData,
     String,
     Text,
-    TypeDecorator,
     UniqueConstraint,
     false,
     text,
 )
-from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+from service.registry.columns import UTCDateTime, new_id, utcnow
 
 NAMING = {
     "ix": "ix_%(column_0_label)s",
@@ -33,31 +31,6 @@ NAMING = {
     "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
     "pk": "pk_%(table_name)s",
 }
-
-
-def new_id() -> str:
-    return str(uuid.uuid4())
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
-class UTCDateTime(TypeDecorator[datetime]):
-    """Timezone-aware UTC timestamps on every backend (SQLite keeps no zone)."""
-
-    impl = DateTime(timezone=True)
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is not None and value.tzinfo is None:
-            raise ValueError("naive datetime; use datetime.now(UTC)")
-        return value
-
-    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is not None and value.tzinfo is None:
-            return value.replace(tzinfo=UTC)
-        return value
 
 
 class Base(DeclarativeBase):
@@ -72,6 +45,8 @@ class Dataset(Base):
     name: Mapped[str] = mapped_column(String(200), unique=True)
     description: Mapped[str | None] = mapped_column(Text)
     metric: Mapped[str | None] = mapped_column(String(100))
+    #: "max" | "min": the dataset metric's direction (None: "max")
+    metric_goal: Mapped[str | None] = mapped_column(String(3))
     epsilon_cap: Mapped[float | None] = mapped_column(Float)
     delta_cap: Mapped[float | None] = mapped_column(Float)
     #: the public validation split (a safetensors blob: inputs, labels), if registered
@@ -97,6 +72,15 @@ class Model(Base):
             unique=True,
             postgresql_where=text("lineage_verified"),
             sqlite_where=text("lineage_verified"),
+        ),
+        # one original per (dataset, bytes): a copy is never a second independent run
+        Index(
+            "uq_models_dataset_sha256",
+            "dataset_id",
+            "sha256",
+            unique=True,
+            postgresql_where=text("duplicate_of IS NULL"),
+            sqlite_where=text("duplicate_of IS NULL"),
         ),
     )
 
@@ -129,6 +113,12 @@ class Model(Base):
     files: Mapped[list[Any] | None] = mapped_column(JSON)
 
     metrics: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    #: per metric, how it was computed: {"source": "prior" | "models" | "private",
+    #: "sensitivity": float | None} (service.accounting.planning.metrics); None: "models"
+    metric_declarations: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    #: registered before copies were refused: the earlier model with the same bytes
+    #: in this dataset (plans leave a copy out; it is never an independent run)
+    duplicate_of: Mapped[str | None] = mapped_column(String(36))
     #: the declared network (service.merging.architecture), checked against the signature
     architecture: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     claimed_epsilon: Mapped[float | None] = mapped_column(Float)

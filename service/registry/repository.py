@@ -34,6 +34,7 @@ def create_dataset(
     name: str,
     description: str | None = None,
     metric: str | None = None,
+    metric_goal: str | None = None,
     epsilon_cap: float | None = None,
     delta_cap: float | None = None,
 ) -> Dataset:
@@ -43,6 +44,7 @@ def create_dataset(
         name=name,
         description=description,
         metric=metric,
+        metric_goal=metric_goal,
         epsilon_cap=epsilon_cap,
         delta_cap=delta_cap,
     )

@@ -95,8 +95,9 @@ def store_files(
 def privacy_json(provenance: dict[str, str]) -> bytes:
     """The release's guarantee for tools: the provenance keys without their prefix."""
     record: dict[str, Any] = {k.removeprefix("retarget."): v for k, v in provenance.items()}
-    for key in ("epsilon", "delta"):
-        record[key] = float(record[key])
+    for key in ("epsilon", "delta", "selection_epsilon"):
+        if key in record:
+            record[key] = float(record[key])
     record["weights"] = json.loads(record["weights"])
     return json.dumps(record, indent=2, sort_keys=True).encode() + b"\n"
 

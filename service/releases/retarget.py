@@ -53,8 +53,10 @@ from service.merging.random_selection import select
 from service.plans.planner import (
     candidate_rows,
     chosen_candidates,
+    resolve_default,
     uses_lc,
     validation_evaluator,
+    with_dataset_metric,
 )
 from service.plans.tasks import Compute, in_thread
 from service.profiles.source import ProfileSource
@@ -64,6 +66,7 @@ from service.registry.exposures import selection_uniform
 from service.registry.models import Release, new_id
 from service.releases import artifacts as release_artifacts
 from service.releases.artifacts import Artifact
+from service.releases.selection import draw as draw_selection
 
 #: a release's output dtype -> its safetensors name
 SAFETENSORS_DTYPE = {"float32": "F32", "bfloat16": "BF16", "float16": "F16"}
@@ -99,6 +102,8 @@ def request_hash(
         payload.update(
             metric=spec.metric, metric_goal=spec.metric_goal, metric_source=spec.metric_source
         )
+        if spec.metric_source == "private":
+            payload.update(selection_epsilon=spec.selection_epsilon)
     if spec.method == "checkpoint_average" and objective != "validation":
         payload.update(run_id=spec.run_id, last_k=spec.last_k, ema_decay=spec.ema_decay)
     return hashlib.sha256(canonical_json(payload).encode()).hexdigest()
@@ -159,10 +164,11 @@ def retarget(
     stored ``pending`` and ``submit(release_id, produce)`` runs ``produce`` later
     (``service.releases.pending``). ``compute`` runs the plan (``service.plans.tasks.Compute``)."""
     dataset = repository.get_dataset(session=session, dataset_id=dataset_id)
-    if spec.objective == "metric" and spec.metric is None and dataset.metric:
-        spec = PlanRequestSpec(**{**spec.__dict__, "metric": dataset.metric})
+    spec = with_dataset_metric(dataset, spec)
     with repository.dataset_lock(session, dataset_id):
         rows = candidate_rows(session=session, dataset_id=dataset_id, model_ids=model_ids)
+        # a release is charged for every model it reads: scoring on the split is allowed
+        spec = resolve_default(dataset=dataset, rows=rows, spec=spec, may_score=True)
         candidates, left_out = chosen_candidates(rows, profiles, model_ids, for_lc=uses_lc(spec))
         rows = [r for r in rows if r.id in {c.id for c in candidates}]
         candidate_ids = [c.id for c in candidates]
@@ -182,6 +188,16 @@ def retarget(
             make_plan(candidates, spec, evaluate) if evaluate else compute("plan", candidates, spec)
         )
         plan.notes.extend(left_out)
+        # a private selection: drawn once (or read back), charged with its own epsilon
+        plan = draw_selection(
+            session=session,
+            profiles=profiles,
+            dataset_id=dataset_id,
+            plan=plan,
+            key_id=None,
+            key_name="release",
+            locked=True,
+        )
         exposed = exposed_by(plan)
         check_cap(session, profiles, dataset, (exposed, plan.epsilon, plan.delta))
         models = repository.models_by_id(session=session, model_ids=plan.weights)
@@ -310,6 +326,12 @@ def release_provenance(release_id: str, dataset_id: str, plan: Plan) -> dict[str
         "retarget.accountant": plan.accountant,
         "retarget.bound": plan.bound,
         "retarget.service_version": __version__,
+        # a private selection: its own epsilon, included in retarget.epsilon
+        **(
+            {"retarget.selection_epsilon": repr(plan.selection_epsilon)}
+            if plan.selection_epsilon is not None
+            else {}
+        ),
         **({"retarget.assumptions": "; ".join(assumptions)} if assumptions else {}),
         # the guarantee rests on an approximation the trainer opted into
         **({"retarget.heuristic": "true"} if plan.heuristic else {}),

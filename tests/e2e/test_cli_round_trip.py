@@ -85,6 +85,14 @@ def test_the_round_trip_with_json(live_service: tuple[str, str], tmp_path: Path)
     target_args = ["--dataset", ds["id"], "--epsilon", target, "--delta", "1e-5"]
     plan = _json(["plan", *target_args], env, tmp_path)
     assert plan["epsilon"] <= float(target)
+    table = _run(["plan", *target_args], env, tmp_path)
+    # which objective chose the plan, in words; the models by name, not only by id
+    assert table.returncode == 0 and "chosen by: objective 'signal'" in table.stdout
+    assert {w["model_name"] for w in plan["weights"]} <= {"m0", "m1"}
+    assert any(w["model_name"] in table.stdout for w in plan["weights"])
+    listed_models = _run(["models", "list", "--dataset", ds["id"]], env, tmp_path)
+    assert listed_models.returncode == 0 and "1e-05" in listed_models.stdout
+    assert f"{eps[0]:.4g}" in listed_models.stdout  # each model's epsilon at that delta
     release = _json(["release", *target_args, "-o", "merged.safetensors"], env, tmp_path)
     assert (
         release["output"]["sha256"]

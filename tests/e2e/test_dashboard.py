@@ -51,7 +51,9 @@ def populate(base: str, admin_key: str, release: bool = True) -> dict[str, str]:
                 "dataset_id": ds,
                 "name": f"logreg-sigma{sigma}",
                 "mechanism": sgd(sigma),
-                "metrics": {"accuracy": acc},
+                # accuracy of a public proxy run: 'prior', shown to read keys
+                "metrics": {"accuracy": acc + 1e-9, "val_loss": 0.3},
+                "metric_declarations": {"accuracy": {"source": "prior"}},
                 "lineage": {"run_id": f"run-{i}", "step": 400},
             }
             resp = http.post(
@@ -128,6 +130,11 @@ def test_dashboard_pages_and_plan_explorer(server: tuple[str, Path], browser: Br
     assert "raw weights: scope models:download only" in page.inner_text("main")
     assert page.locator("a[href$='/weights']").count() == 0
     assert "(lineage verified)" in page.inner_text("main")
+    # metrics rounded; one read from the model (declared nothing) hidden from a read key
+    assert "accuracy=0.920" in page.inner_text("main")
+    assert "val_loss=" not in page.inner_text("main") and "hidden from this key" in page.inner_text(
+        "main"
+    )
     shoot(page, "04-model")
 
     page.goto(f"{base}/admin/datasets/{made['dataset']}/explorer")
@@ -141,6 +148,14 @@ def test_dashboard_pages_and_plan_explorer(server: tuple[str, Path], browser: Br
     page.wait_for_selector("#frontier[data-loaded]", timeout=120_000)
     assert page.is_visible("#frontier")
     assert images_loaded(page)  # the frontier SVG
+    # in utility terms: the dataset's metric (declared 'prior', so this read key may see
+    # it) against certified epsilon, every method drawn, the inputs named with tooltips
+    svg = context.request.get(f"{base}/admin/datasets/{made['dataset']}/frontier.svg").text()
+    assert "accuracy (RS: expected)" in svg and "noise variance" not in svg
+    assert "certified epsilon" in svg
+    for name in ("logreg-sigma0.8", "logreg-sigma1.5", "logreg-sigma3.0"):
+        assert f">{name}</text>" in svg and f"<title>{name}: epsilon" in svg
+    assert "RS, PLD" in svg and "RS, RDP" in svg
     shoot(page, "05-explorer")
 
     # move the slider to its far end with the keyboard, as a person would

@@ -60,7 +60,7 @@ def test_demo_trains_registers_releases_and_reports(demo: tuple[Path, list[str]]
         model.load_state_dict(load_file(str(tmp_path / "models" / f"{m['name']}.safetensors")))
         assert accuracy(model, test) == m["test_accuracy"]
     # an LC release's accuracy is that of the weighted sum of its inputs
-    lc = next(r for r in rows if r["method"] == "lc" and r["objective"] == "noise")
+    lc = next(r for r in rows if r["method"] == "lc" and r["objective"] == "signal")
     names = {m["id"]: m["name"] for m in report["inputs"]}
     merged: dict[str, torch.Tensor] = {}
     for mid, w in lc["weights"].items():
@@ -80,6 +80,14 @@ def test_demo_trains_registers_releases_and_reports(demo: tuple[Path, list[str]]
     assert any("independent randomness" in n for n in release["plan"]["notes"])
     assert any("fixed in advance" in n for n in release["plan"]["notes"])
     assert (tmp_path / "frontier-logreg.svg").read_text().startswith("<svg")
+    # the default plan (no method, no objective) at every target and seed, against the
+    # oracle (the best single model or RS mix meeting the target, by test accuracy)
+    regret = report["regret"]
+    assert len(regret) == len({(r["seed"], r["target"]) for r in rows})
+    for r in regret:
+        assert r["default"] is not None and r["oracle"] is not None
+        assert r["oracle"] >= r["signal"] - 1e-9  # no RS plan beats the RS oracle
+    assert "## The default plan against the oracle" in (tmp_path / "report.md").read_text()
     assert "## Checks" in (tmp_path / "report.md").read_text()
 
 

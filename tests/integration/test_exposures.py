@@ -60,7 +60,10 @@ def make_registry(client: TestClient, name: str = "private", **dataset: object) 
             "name": f"m{i}",
             "mechanism": sgd(sigma),
             "architecture": LOGREG,
-            "metrics": {"accuracy": 0.9 - 0.1 * i},
+            # accuracy read from the model (declared nothing: 'models'); proxy_accuracy
+            # from a public proxy run, fixed without these models ('prior')
+            "metrics": {"accuracy": 0.9 - 0.1 * i, "proxy_accuracy": 0.8},
+            "metric_declarations": {"proxy_accuracy": {"source": "prior"}},
             "lineage": {"run_id": f"r{i}", "step": 400},
         }
         resp = upload(client, weights(i), json.dumps(meta))
@@ -227,8 +230,12 @@ def test_a_read_key_gets_403_on_plans_scored_by_the_models(
     noise["objective"] = "noise"
     assert client.post("/v1/plans", json=noise, headers=reader).status_code == 200
     if "metric" in scored:
-        prior = {**body, "metric_source": "prior"}
+        prior = {**body, "metric": "proxy_accuracy", "metric_source": "prior"}
         assert client.post("/v1/plans", json=prior, headers=reader).status_code == 200
+        # a metric read from the models cannot be passed off as 'prior' to skip the charge
+        claimed = {**body, "metric_source": "prior"}
+        resp = client.post("/v1/plans", json=claimed, headers=reader)
+        assert resp.status_code == 422 and "declared 'models'" in resp.json()["detail"]
     assert exposures(backend) == []
 
 

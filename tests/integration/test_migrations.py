@@ -8,6 +8,7 @@ from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import Engine, inspect, text
+from sqlalchemy.exc import IntegrityError
 
 from service.registry.db import make_engine
 from service.registry.migrate import alembic_config, upgrade
@@ -112,5 +113,64 @@ def test_0010_keeps_one_verified_checkpoint_per_run_step(tmp_path: Path) -> None
         assert "uq_models_run_step" not in {
             i["name"] for i in inspect(engine).get_indexes("models")
         }
+    finally:
+        engine.dispose()
+
+
+def test_0014_marks_copies_of_a_datasets_bytes_and_keeps_the_earliest(tmp_path: Path) -> None:
+    """Models registered twice with the same bytes before copies were refused: the
+    earliest stays the original, the later ones point at it (``duplicate_of``), the same
+    bytes in another dataset are not a copy; then the partial unique index holds, and
+    downgrade removes the columns."""
+    url = f"sqlite:///{tmp_path / 'copies.sqlite'}"
+    command.upgrade(alembic_config(url=url), "0011")
+    engine = make_engine(url)
+    try:
+        with engine.begin() as conn:
+            for ds in ("d", "e"):
+                conn.execute(
+                    text(
+                        "INSERT INTO datasets (id, name, created_at) VALUES (:id, :id, "
+                        "'2026-01-01 00:00:00')"
+                    ),
+                    {"id": ds},
+                )
+            for mid, ds, sha, when in (
+                ("b", "d", "x", "02"),
+                ("a", "d", "x", "01"),
+                ("c", "d", "x", "03"),
+                ("u", "d", "y", "04"),
+                ("o", "e", "x", "05"),
+            ):
+                conn.execute(
+                    text(
+                        "INSERT INTO models (id, dataset_id, name, version, mechanism, "
+                        "mechanism_type, mechanism_hash, signature, signature_hash, sha256, "
+                        "size_bytes, metrics, created_at) VALUES (:id, :ds, :id, 1, '{}', "
+                        "'dp_sgd', 'h', '{}', 's', :sha, 1, '{}', :at)"
+                    ),
+                    {"id": mid, "ds": ds, "sha": sha, "at": f"2026-01-{when} 00:00:00"},
+                )
+        upgrade(url=url)
+        with engine.connect() as conn:
+            rows = conn.execute(text("SELECT id, duplicate_of FROM models ORDER BY id")).all()
+            assert dict(rows) == {"a": None, "b": "a", "c": "a", "o": None, "u": None}
+            assert _diff(engine) == []
+        with engine.begin() as conn:  # a second original of the same bytes: refused
+            try:
+                conn.execute(
+                    text(
+                        "INSERT INTO models (id, dataset_id, name, version, mechanism, "
+                        "mechanism_type, mechanism_hash, signature, signature_hash, sha256, "
+                        "size_bytes, metrics, created_at) VALUES ('z', 'd', 'z', 1, '{}', "
+                        "'dp_sgd', 'h', '{}', 's', 'x', 1, '{}', '2026-01-09 00:00:00')"
+                    )
+                )
+                raise AssertionError("a second original of the same bytes was stored")
+            except IntegrityError:
+                pass
+        command.downgrade(alembic_config(url=url), "0011")
+        columns = {c["name"] for c in inspect(engine).get_columns("models")}
+        assert not {"duplicate_of", "metric_declarations"} & columns
     finally:
         engine.dispose()

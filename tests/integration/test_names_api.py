@@ -183,9 +183,11 @@ def test_register_with_exist_ok_returns_the_same_model_only(
     other_mech = {**meta, "mechanism": sgd(2.0)}
     assert "mechanism" in _problem(again(other_mech), 409, "conflict")["detail"]
     _problem(upload(client, weights, json.dumps(meta)), 409, "conflict")  # without exist_ok
-    assert again({**meta, "version": 2}).status_code == 201  # a free version registers
+    # the same bytes under a free version are a copy of the first model, never a second run
+    assert "same bytes" in _problem(again({**meta, "version": 2}), 409, "conflict")["detail"]
+    assert set(blob_files(settings)) == set(blobs)  # nothing stored for the refused copy
+    assert again({**meta, "version": 2}, checkpoint_bytes(2)).status_code == 201
     assert _rows(backend, Model) == 2
-    assert set(blob_files(settings)) == set(blobs)  # the same bytes: one blob
 
 
 def test_plans_and_releases_take_models_by_name(client: TestClient) -> None:

@@ -157,10 +157,13 @@ def test_plan_past_its_memory_limit_fails_clearly_and_the_service_goes_on(
     app = app_with(settings, backend, plan_job_memory_bytes=16 * 2**20)
     with TestClient(app) as client:
         authorize(client, backend.session_factory)
+        # the profile is computed in the profile processes (from the model's registration
+        # on), under the same memory limit
+        pool = client.app.state.ctx.profiles.pool  # type: ignore[attr-defined]
+        pool.start()
+        before = set(pool.pids())
         big = dataset_of(client, [BIG_GAUSSIAN], name="big")
         small = dataset_of(client, [sgd(3.0, steps=20)], name="small")
-        pool = pool_of(client)
-        before = set(pool.pids())
         body = {"dataset_id": big, "epsilon": 12.0, "delta": 1e-5, "method": "rs"}
         resp = client.post("/v1/plans", json=body)
         assert resp.status_code == 422, resp.text[:300]

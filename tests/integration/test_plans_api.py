@@ -26,7 +26,10 @@ def registry(client: TestClient) -> dict:
             "dataset_id": ds,
             "name": name,
             "mechanism": sgd(sigma),
-            "metrics": {"accuracy": acc},
+            # accuracy from a public proxy run ('prior'); val_accuracy read from the
+            # model itself (declared nothing: 'models')
+            "metrics": {"accuracy": acc, "val_accuracy": acc},
+            "metric_declarations": {"accuracy": {"source": "prior"}},
             "lineage": {"run_id": run, "step": 400},
         }
         resp = upload(client, checkpoint_bytes(), json.dumps(meta))
@@ -39,12 +42,48 @@ def plan(client: TestClient, **body):
     return client.post("/v1/plans", json=body)
 
 
-def test_the_default_rs_plan_reads_no_metric(client: TestClient, registry: dict) -> None:
+def test_the_default_rs_plan_uses_a_prior_metric_and_reads_no_model(
+    client: TestClient, registry: dict
+) -> None:
+    """Every candidate declares the dataset's metric 'prior': the default plan selects by
+    it under Theorems 5.1/5.2, exposes nothing, and says why in its notes."""
     resp = plan(client, dataset_id=registry["dataset"], epsilon=2.0, delta=1e-5, method="rs")
     assert resp.status_code == 200, resp.text
     body = resp.json()
-    assert body["method"] == "rs" and body["objective"] == "noise"
+    assert body["method"] == "rs" and body["objective"] == "metric"
     assert body["epsilon"] <= 2.0 and "Theorem 5" in body["bound"]
+    assert body["exposed_model_ids"] == sorted(w["model_id"] for w in body["weights"])
+    assert any("declares metric 'accuracy' 'prior'" in n for n in body["notes"])
+
+
+def test_the_default_plan_without_prior_metrics_scores_the_training_signal(
+    client: TestClient,
+) -> None:
+    """No metric declared 'prior': the default objective is the noise-to-signal ratio of
+    each model's training, which prefers the longer run at the same noise (the old
+    default, the merged noise variance, preferred the shorter one)."""
+    ds = client.post("/v1/datasets", json={"name": "signal", "metric": "val_accuracy"}).json()
+    ids = {}
+    for name, steps in (("short", 100), ("long", 400)):
+        meta = {
+            "dataset_id": ds["id"],
+            "name": name,
+            "mechanism": sgd(3.0, steps=steps),
+            "metrics": {"val_accuracy": 0.9},
+        }
+        resp = upload(client, checkpoint_bytes(), json.dumps(meta))
+        assert resp.status_code == 201, resp.text
+        ids[name] = resp.json()["id"]
+    resp = plan(client, dataset_id=ds["id"], epsilon=20.0, delta=1e-5)
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    assert body["objective"] == "signal"
+    assert [w["model_id"] for w in body["weights"]] == [ids["long"]]
+    assert body["weights"][0]["model_name"] == "long"
+    assert "noise-to-signal" in body["notes"][0]
+    assert any("releases one model, long" in n for n in body["notes"])
+    old = plan(client, dataset_id=ds["id"], epsilon=20.0, delta=1e-5, objective="noise")
+    assert old.json()["weights"][0]["model_id"] == ids["short"]  # the most weight
 
 
 def test_rs_plan_on_prior_metrics_uses_the_dataset_metric_and_meets_the_target(
@@ -74,7 +113,13 @@ def test_metric_plans_need_a_goal_and_cost_the_joint_release_of_the_models_read(
     client: TestClient, registry: dict
 ) -> None:
     ds = registry["dataset"]
-    base = {"dataset_id": ds, "delta": 1e-5, "method": "rs", "objective": "metric"}
+    base = {
+        "dataset_id": ds,
+        "delta": 1e-5,
+        "method": "rs",
+        "objective": "metric",
+        "metric": "val_accuracy",
+    }
     no_goal = plan(client, epsilon=2.0, **base)
     assert no_goal.status_code == 422 and "metric_goal" in no_goal.json()["detail"]
     scored = plan(client, epsilon=2.0, metric_goal="max", **base)
@@ -129,11 +174,15 @@ def test_lc_and_auto_plans(client: TestClient, registry: dict) -> None:
         method="lc",
         accountant="rdp",
     ).json()
-    assert lc["method"] == "lc" and lc["epsilon"] <= 1.5 and lc["objective"] == "noise"
-    auto = plan(
-        client, dataset_id=registry["dataset"], epsilon=1.5, delta=1e-5, accountant="rdp"
-    ).json()
-    assert auto["objective_value"] <= lc["objective_value"] * (1 + 1e-9)
+    assert lc["method"] == "lc" and lc["epsilon"] <= 1.5 and lc["objective"] == "signal"
+    noise = {"dataset_id": registry["dataset"], "epsilon": 1.5, "delta": 1e-5, "accountant": "rdp"}
+    lc_noise = plan(client, method="lc", objective="noise", **noise).json()
+    auto = plan(client, objective="noise", **noise).json()
+    assert auto["objective_value"] <= lc_noise["objective_value"] * (1 + 1e-9)
+    # the default objective does not average trained networks unless asked (method 'lc')
+    auto = plan(client, objective="signal", **noise).json()
+    assert auto["method"] == "rs"
+    assert any("linear combination not weighed" in n for n in auto["notes"])
 
 
 def test_unreachable_target_is_422_with_min_epsilon(client: TestClient, registry: dict) -> None:

@@ -105,11 +105,87 @@ def test_register_list_download_round_trip(
 def test_same_bytes_are_stored_once(
     client: TestClient, dataset_id: str, settings: Settings
 ) -> None:
+    """The same bytes in two datasets (two trainings that happen to agree) are one blob."""
     weights = checkpoint_bytes(seed=2)
+    other = client.post("/v1/datasets", json={"name": "other"}).json()["id"]
     a = upload(client, weights, model_metadata(dataset_id, "a")).json()
-    b = upload(client, weights, model_metadata(dataset_id, "b")).json()
+    b = upload(client, weights, model_metadata(other, "b")).json()
     assert a["sha256"] == b["sha256"] and a["id"] != b["id"]
     assert len(blob_files(settings)) == 1
+
+
+def test_the_same_bytes_twice_in_a_dataset_are_409_naming_the_first(
+    client: TestClient, dataset_id: str, settings: Settings, backend: Backend
+) -> None:
+    """A copy is not a second run: weighing two copies 0.5/0.5 as independent runs would
+    claim noise that does not exist. Refused whatever its name, version or lineage."""
+    weights = checkpoint_bytes(seed=4)
+    first = upload(client, weights, model_metadata(dataset_id, "first")).json()
+    before = blob_files(settings)
+    for meta in (
+        model_metadata(dataset_id, "copy"),
+        model_metadata(dataset_id, "first", version=2),
+        model_metadata(dataset_id, "copy", lineage={"run_id": "other-run", "step": 700}),
+    ):
+        body = assert_problem(upload(client, weights, meta), 409, "conflict")
+        assert body["model_id"] == first["id"] and "'first'" in body["detail"]
+    assert blob_files(settings) == before and model_rows(backend) == 1
+    # one bit changed is other bytes: the service cannot tell (docs/accounting.md)
+    flipped = bytearray(weights)
+    flipped[-1] ^= 1
+    assert upload(client, bytes(flipped), model_metadata(dataset_id, "tweaked")).status_code == 201
+
+
+def test_metric_values_not_declared_prior_are_hidden_from_read_keys(
+    client: TestClient, backend: Backend, dataset_id: str
+) -> None:
+    """A plan revealing only the argmax of metrics read from the models needs 'publish'
+    and is charged, so their values are not shown to 'read' for free; 'prior' ones are."""
+    from tests.integration.test_exposures import headers
+
+    meta = model_metadata(
+        dataset_id,
+        "m",
+        metrics={"proxy": 0.8, "val_accuracy": 0.9, "private_accuracy": 0.85},
+        metric_declarations={
+            "proxy": {"source": "prior"},
+            "private_accuracy": {"source": "private", "sensitivity": 0.01},
+        },
+    )
+    created = upload(client, checkpoint_bytes(), meta).json()
+    reader = headers(backend, "read")
+    for resp in (
+        client.get(f"/v1/models/{created['id']}", headers=reader),
+        client.get("/v1/models", params={"dataset_id": dataset_id}, headers=reader),
+    ):
+        body = resp.json()
+        model = body["data"][0] if "data" in body else body
+        assert model["metrics"] == {"proxy": 0.8}
+        assert model["hidden_metrics"] == ["private_accuracy", "val_accuracy"]
+    admin = client.get(f"/v1/models/{created['id']}").json()
+    assert admin["metrics"]["val_accuracy"] == 0.9 and admin["hidden_metrics"] == []
+
+
+@pytest.mark.parametrize(
+    ("metrics", "declarations", "why"),
+    [
+        ({"acc": 0.9}, {"acc": {"source": "private"}}, "sensitivity"),
+        ({"acc": 1.5}, {"acc": {"source": "private", "sensitivity": 0.01}}, "[0, 1]"),
+        ({"acc": 0.9}, {"acc": {"source": "prior", "sensitivity": 0.01}}, "'private' metrics"),
+        ({"acc": 0.9}, {"loss": {"source": "prior"}}, "metrics lacks"),
+    ],
+)
+def test_bad_metric_declarations_are_422_and_store_nothing(
+    client: TestClient,
+    dataset_id: str,
+    backend: Backend,
+    metrics: dict,
+    declarations: dict,
+    why: str,
+) -> None:
+    meta = model_metadata(dataset_id, "m", metrics=metrics, metric_declarations=declarations)
+    body = assert_problem(upload(client, checkpoint_bytes(), meta), 422, "invalid-input")
+    assert why in body["detail"] and model_rows(backend) == 0
 
 
 @pytest.mark.parametrize(

@@ -222,7 +222,7 @@ def test_prior_metrics_keep_theorems_5_and_say_what_was_assumed() -> None:
 
 def test_the_default_rs_plan_reads_no_metric() -> None:
     plan = make_plan(_scored(), PlanRequestSpec(5.0, 1e-5, "rs"))
-    assert plan.objective == "noise"
+    assert plan.objective == "signal"
 
 
 def test_gaussian_lc_weights_with_unequal_sensitivities_are_optimal() -> None:

@@ -49,7 +49,7 @@ def spec(**fields: object) -> PlanRequestSpec:
 def test_request_hash_covers_only_what_changes_the_plan() -> None:
     key = request_hash("d", spec(), ["a", "b"])
     for same in (
-        spec(objective="noise"),
+        spec(objective="signal"),
         spec(metric_source="prior"),
         spec(metric_goal="max"),
         spec(last_k=9, ema_decay=0.3, run_id="r"),
@@ -60,6 +60,7 @@ def test_request_hash_covers_only_what_changes_the_plan() -> None:
         spec(delta=1e-6),
         spec(accountant="rdp"),
         spec(method="lc"),
+        spec(objective="noise"),  # no longer the default
         spec(metric="acc", metric_goal="max"),  # objective 'metric' (implied for RS)
     ):
         assert request_hash("d", other, ["a", "b"]) != key, other

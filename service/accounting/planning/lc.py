@@ -25,7 +25,9 @@ from service.accounting.planning.gaussian_weights import (
     largest_gaussian_mu,
     optimal_gaussian_weights,
 )
+from service.accounting.planning.runs import latest_fitting
 from service.accounting.planning.search import inverse_variance, search_weights
+from service.accounting.planning.signal import noise_to_signal
 from service.accounting.planning.types import (
     Candidate,
     Plan,
@@ -100,21 +102,27 @@ def released_profiles(kept: list[Candidate], inputs: list[lc.LCInput]) -> list:
 
 
 def plan_lc(candidates: list[Candidate], spec: PlanRequestSpec, objective: str) -> Plan:
-    if objective != "noise":
+    if objective not in ("noise", "signal"):
         raise Unsupported(
             "a linear combination's metric is not known without evaluating it: use objective "
-            "'noise' (the merged noise variance, the mean-estimation optimum)"
+            "'signal' (the merged noise-to-signal ratio) or 'noise' (the merged noise "
+            "variance, the mean-estimation optimum)"
         )
+    run_notes: list[str] = []
+    if objective == "signal" and not spec.strict:  # named checkpoints: refused below
+        candidates, run_notes = latest_fitting(candidates, spec, keep_later=False)
     kept, inputs, notes = lc_candidates(candidates, spec.strict)
-    v = np.array([noise_variance(c.mechanism) or math.nan for c in kept])
+    proxy = noise_to_signal if objective == "signal" else noise_variance
+    v = np.array([proxy(c.mechanism) or math.nan for c in kept])
     if np.any(~np.isfinite(v)):
         raise Unsupported(
-            "objective 'noise' needs every merged model's noise (DP-SGD with learning rates, "
-            "or Gaussian metadata)"
+            f"objective {objective!r} needs every merged model's noise (DP-SGD with learning "
+            "rates, or Gaussian metadata)"
         )
     released = released_profiles(kept, inputs)
     plan, idx, lam = _best(kept, inputs, released, v, spec)
-    plan.notes = notes + plan.notes
+    plan.objective = objective  # type: ignore[assignment]
+    plan.notes = run_notes + notes + plan.notes
     if len(idx) > 1:
         plan.notes.append("assumes: " + "; ".join(lc.ASSUMPTIONS))
         plan.paper_epsilon = paper_epsilon([kept[i].mechanism for i in idx], lam, spec.delta)

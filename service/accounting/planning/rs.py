@@ -17,6 +17,9 @@ from numpy.typing import NDArray
 
 from service.accounting.joint_release import profile_identity
 from service.accounting.planning.joint import joint
+from service.accounting.planning.private_selection import plan_private_selection
+from service.accounting.planning.runs import latest_fitting
+from service.accounting.planning.signal import noise_to_signal
 from service.accounting.planning.types import (
     Candidate,
     Plan,
@@ -29,6 +32,17 @@ from service.accounting.pld.curves import chord_upper_bound_rows
 from service.accounting.profiles.profile import PrivacyProfile
 from service.accounting.rs import bounds as rs
 from service.errors import InvalidInput, Unsupported
+
+#: Selection probabilities below this are moved to a more private model (re-certified).
+MIN_WEIGHT = 1e-3
+
+#: How a metric of each declared source may be read by a plan.
+SOURCE_USE = {
+    "prior": "plan with metric_source 'prior' (no cost)",
+    "models": "plan with metric_source 'models' (scope publish; charged as the joint "
+    "release of the models read)",
+    "private": "plan with metric_source 'private' (a private selection, charged)",
+}
 
 PRIOR_NOTE = (
     "metric_source 'prior': the caller states the metrics were fixed without these "
@@ -49,6 +63,15 @@ def metric_values(
             "(the direction is never guessed from the name)"
         )
     keep = [c for c in candidates if spec.metric in c.metrics]
+    for c in keep:
+        declared = c.metric_sources.get(spec.metric)
+        if declared is not None and declared != spec.metric_source:
+            raise InvalidInput(
+                f"metric {spec.metric!r} of model {c.label} is declared {declared!r}, not "
+                f"{spec.metric_source!r}: "
+                + SOURCE_USE.get(declared, "declare how it was computed at registration"),
+                model_id=c.id,
+            )
     notes = []
     if len(keep) < len(candidates):
         notes.append(
@@ -60,28 +83,39 @@ def metric_values(
     return keep, np.array([sign * c.metrics[spec.metric] for c in keep]), notes
 
 
-def noise_values(candidates: list[Candidate]) -> tuple[list[Candidate], NDArray, list[str]]:
-    pairs = [(c, noise_variance(c.mechanism)) for c in candidates]
+def noise_values(
+    candidates: list[Candidate], objective: str = "noise"
+) -> tuple[list[Candidate], NDArray, list[str]]:
+    """Minus each model's merged noise variance (objective 'noise') or noise-to-signal
+    ratio ('signal'), for the models whose mechanism says."""
+    proxy = noise_to_signal if objective == "signal" else noise_variance
+    pairs = [(c, proxy(c.mechanism)) for c in candidates]
     keep = [c for c, v in pairs if v is not None]
     notes = []
     if len(keep) < len(candidates):
         notes.append(
             f"{len(candidates) - len(keep)} model(s) with no known noise (no learning rate "
-            "or no DP-SGD/Gaussian metadata) left out of the noise objective"
+            f"or no DP-SGD/Gaussian metadata) left out of objective {objective!r}"
         )
     if not keep:
-        raise Unsupported("no candidate model can be scored by objective 'noise'")
+        raise Unsupported(f"no candidate model can be scored by objective {objective!r}")
     return keep, np.array([-(v or 0.0) for _, v in pairs if v is not None]), notes
 
 
 def plan_rs(candidates: list[Candidate], spec: PlanRequestSpec, objective: str) -> Plan:
+    if objective == "metric" and spec.metric_source == "private":
+        return plan_private_selection(candidates, spec)
     if objective == "metric":
         keep, utility, notes = metric_values(candidates, spec)
         if spec.metric_source == "models":
             return _rs_scored_by_models(keep, utility, spec, notes)
         notes.append(PRIOR_NOTE)
     else:
-        keep, utility, notes = noise_values(candidates)
+        run_notes: list[str] = []
+        if objective == "signal":
+            candidates, run_notes = latest_fitting(candidates, spec)
+        keep, utility, notes = noise_values(candidates, objective)
+        notes = run_notes + notes
     plans: list[Plan] = []
     mins: list[float] = []
     for acc in spec.accountants():
@@ -183,8 +217,9 @@ def _rs_one(
         # checked exactly at the target above; the curves may place it a hair higher
         achieved = min(rs.rs_pld_epsilon(result.pi[used], at_used, spec.delta), spec.epsilon)
         bound = "Theorem 5.2 (RS, PLD; Algorithm 2)"
-    weights = {c.id: float(w) for c, w in zip(keep, result.pi, strict=True) if w > 0}
-    value = float(result.pi @ utility)
+    pi, achieved, tiny_notes = _without_tiny_weights(keep, result.pi, achieved, spec, acc)
+    weights = {c.id: float(w) for c, w in zip(keep, pi, strict=True) if w > 0}
+    value = float(pi @ utility)
     expected = None
     if objective == "metric":
         expected = value if spec.metric_goal == "max" else -value
@@ -199,8 +234,54 @@ def _rs_one(
             objective_value=value if objective == "metric" else -value,
             expected_utility=expected,
             bound=bound,
+            notes=tiny_notes,
         ),
         math.inf,
+    )
+
+
+def _without_tiny_weights(
+    keep: list[Candidate], pi: NDArray, achieved: float, spec: PlanRequestSpec, acc: str
+) -> tuple[NDArray, float, list[str]]:
+    """Probabilities under ``MIN_WEIGHT`` moved onto the support's most private model,
+    kept only when the moved plan is re-certified within the target (Theorem 5.1 or
+    5.2 for the new pi); otherwise the plan is kept and the note says they stay."""
+    tiny = (pi > 0) & (pi < MIN_WEIGHT)
+    big = pi >= MIN_WEIGHT
+    if not tiny.any() or not big.any():
+        return pi, achieved, []
+    names = ", ".join(c.id for c, t in zip(keep, tiny, strict=True) if t)
+    alone = [c.profile.epsilon(spec.delta, acc) for c in keep]  # type: ignore[arg-type]
+    to = min(np.flatnonzero(big), key=lambda i: alone[i])
+    moved = np.where(tiny, 0.0, pi)
+    moved[to] += float(pi[tiny].sum())
+    used = [c for c, w in zip(keep, moved, strict=True) if w > 0]
+    w = moved[moved > 0]
+    if acc == "rdp":
+        eps = rs.rs_rdp_epsilon_any_order(
+            w, lambda a: np.array([c.profile.rdp_at(a) for c in used]), spec.delta
+        )
+    else:
+        exact = np.array([c.profile.delta_directions(spec.epsilon) for c in used])
+        fits = max(float(w @ exact[:, 0]), float(w @ exact[:, 1])) <= spec.delta
+        eps = (
+            min(rs.rs_pld_epsilon(w, curves_at(used), spec.delta), spec.epsilon)
+            if fits
+            else math.inf
+        )
+    if eps > spec.epsilon:
+        return (
+            pi,
+            achieved,
+            [f"probabilities under {MIN_WEIGHT:g} kept ({names}): moving them breaks the target"],
+        )
+    return (
+        moved,
+        eps,
+        [
+            f"probabilities under {MIN_WEIGHT:g} ({names}) moved to {keep[to].id}, the "
+            "support's most private model; the plan was re-certified"
+        ],
     )
 
 

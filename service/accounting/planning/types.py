@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from service.accounting.conversions import round_up
 from service.accounting.mechanisms import DPSGD, Gaussian, Mechanism
@@ -14,8 +14,8 @@ from service.errors import InfeasibleTarget
 
 Method = Literal["rs", "lc", "auto", "checkpoint_average"]
 AccountantName = Literal["rdp", "pld", "best"]
-Objective = Literal["metric", "noise", "validation"]
-MetricSource = Literal["models", "prior"]
+Objective = Literal["metric", "noise", "signal", "validation"]
+MetricSource = Literal["models", "prior", "private"]
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,16 @@ class Candidate:
     #: the run and step were checked at registration (service.accounting.mechanisms.lineage); an
     #: unverified checkpoint is treated as an independent model
     lineage_verified: bool = False
+    #: the model's name, for notes (its id when empty)
+    name: str = ""
+    #: per metric, how it was computed: "prior" | "models" | "private" (see planning.metrics)
+    metric_sources: dict[str, str] = field(default_factory=dict)
+    #: per private metric, its declared sensitivity
+    metric_sensitivities: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return self.name or self.id
 
 
 @dataclass
@@ -54,6 +64,13 @@ class Plan:
     #: the paper's per-step LC composition for these weights: a labelled comparison,
     #: never a guarantee (it holds only if gradients do not depend on hidden state)
     paper_epsilon: float | None = None
+    #: model names by id, for every model with weight or exposed (tables and notes)
+    names: dict[str, str] = field(default_factory=dict)
+    #: a private selection's own epsilon (pure DP), charged besides the models read
+    selection_epsilon: float | None = None
+    #: a private selection to draw: {"metric", "eligible", "values", "scale"}; after the
+    #: draw {"metric", "eligible", "chosen", "scale"} (the values never leave the service)
+    selection: dict[str, Any] | None = None
 
 
 #: Accuracy of sum_i w_i theta_i on the dataset's public validation split, by model id.
@@ -74,6 +91,10 @@ class PlanRequestSpec:
     run_id: str | None = None  # checkpoint_average: the run
     last_k: int = 3  # checkpoint_average: how many of its latest checkpoints
     ema_decay: float | None = None  # checkpoint_average: EMA weights instead of uniform
+    #: private selection: the selection's own epsilon (None: SELECTION_SHARE of the target)
+    selection_epsilon: float | None = None
+    #: why the objective was chosen when the request left it out (notes of the plan)
+    context_notes: tuple[str, ...] = ()
 
     def accountants(self) -> tuple[str, ...]:
         return ("rdp", "pld") if self.accountant == "best" else (self.accountant,)
@@ -97,9 +118,10 @@ def noise_variance(mechanism: Mechanism) -> float | None:
 
 
 def score(plan: Plan) -> float:
-    """Higher is better: expected metric, or minus the merged noise variance."""
+    """Higher is better: expected metric, or minus the merged noise variance or
+    noise-to-signal ratio."""
     value = plan.objective_value if plan.objective_value is not None else -math.inf
-    return value if plan.objective == "metric" else -value
+    return value if plan.objective in ("metric", "validation") else -value
 
 
 def infeasible(spec: PlanRequestSpec, min_eps: float, what: str) -> InfeasibleTarget:

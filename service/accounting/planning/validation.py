@@ -9,8 +9,10 @@ of models whose joint release meets the target, then searches lambda over the
 simplex on S for the best validation accuracy; any lambda on S, however it is
 chosen, keeps S's guarantee, and the release exposes all of S in the ledger.
 
-S is chosen from the mechanisms alone (the largest feasible set, then the
-smallest joint epsilon), and only S is scored. Scoring several candidate sets
+S is chosen from the mechanisms alone (among the maximal feasible sets, the one
+whose models trained most: the least noise-to-signal ratio reachable on it, then the
+smallest joint epsilon; a run is represented by its latest checkpoint that meets the
+target), and only S is scored. Scoring several candidate sets
 and keeping the most accurate would make the answer a function of every model
 in their union, and the union of two different maximal feasible sets is itself
 infeasible (else a larger feasible set would contain both): no bound at the
@@ -27,6 +29,8 @@ from numpy.typing import NDArray
 
 from service.accounting.planning.joint import joint
 from service.accounting.planning.lc import lc_candidates
+from service.accounting.planning.runs import latest_fitting
+from service.accounting.planning.signal import noise_to_signal
 from service.accounting.planning.types import (
     Candidate,
     Evaluate,
@@ -58,7 +62,11 @@ def plan_validation(
             "objective 'validation' needs the dataset's public validation split "
             "(PUT /v1/datasets/{id}/validation) and models that declare an architecture"
         )
+    run_notes: list[str] = []
+    if not spec.strict:  # named checkpoints of one run: refused below, with the reason
+        candidates, run_notes = latest_fitting(candidates, spec, keep_later=False)
     kept, _, notes = lc_candidates(candidates, spec.strict)
+    notes = run_notes + notes
     if len(kept) > MAX_SUBSET_MODELS:
         raise Unsupported(
             f"objective 'validation' enumerates subsets of the models: at most "
@@ -119,8 +127,18 @@ def maximal_feasible_subsets(
     maximal = [
         f for f in feasible if not any(set(f[0]) < set(g[0]) for g in feasible if g is not f)
     ]
-    maximal.sort(key=lambda f: (-len(f[0]), f[1]))
+    maximal.sort(key=lambda f: (_floor([kept[i] for i in f[0]]), f[1]))
     return maximal[:MAX_SUBSETS], min_seen
+
+
+def _floor(models: list[Candidate]) -> float:
+    """The least noise-to-signal ratio any weights on the set could reach (inverse-ratio
+    weights: 1 / sum_i 1 / NSR_i), from the mechanisms only: the set scored is the one
+    that trained most, not the one with the most (or the least private) models."""
+    ratios = [noise_to_signal(c.mechanism) for c in models]
+    if any(r is None or r <= 0 for r in ratios):
+        return math.inf
+    return 1.0 / sum(1.0 / r for r in ratios if r)
 
 
 class _Search:

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from service.api.context import Principal
 from service.api.deps import ContextDep, SessionDep, require
 from service.api.naming import labelled
-from service.api.routes.models import to_public
+from service.api.routes.model_views import to_public
 from service.api.schemas import (
     AliasesPublic,
     AliasEventPublic,
@@ -78,14 +78,16 @@ def _event_public(event: ModelAliasEvent) -> AliasEventPublic:
 @router.get(
     "/{model}",
     operation_id="models_get_by_name",
-    dependencies=[require("read")],
     response_model=ModelPublic,
     responses=NOT_FOUND,
 )
-def get_model_by_name(dataset: str, model: str, session: SessionDep) -> ModelPublic:
-    """The model ``NAME[@VERSION|@ALIAS]`` (default ``@latest``, the highest version)."""
+def get_model_by_name(
+    dataset: str, model: str, session: SessionDep, who: Annotated[Principal, require("read")]
+) -> ModelPublic:
+    """The model ``NAME[@VERSION|@ALIAS]`` (default ``@latest``, the highest version); a
+    metric's value is shown when it is declared 'prior', or to admin keys."""
     _, row = _model(session, dataset, model)
-    return labelled(session, row, to_public(row))
+    return labelled(session, row, to_public(row, show_all=who.can("admin")))
 
 
 @router.get(

@@ -18,7 +18,7 @@ from service.api.context import Principal
 from service.api.deps import AppContext, ContextDep, require
 from service.api.naming import ExistOk, dataset_id_of, existing_model, labelled
 from service.api.routes.model_uploads import UPLOAD_BODY, parse_metadata
-from service.api.routes.models import to_public
+from service.api.routes.model_views import to_public
 from service.api.routes.plans import RECENT as RECENT_PLANS
 from service.api.schemas import ModelCreate, ModelPublic, Problem
 from service.errors import InvalidInput, PayloadTooLarge, ProfileTooCostly
@@ -57,6 +57,8 @@ def _register(
         run_id=meta.lineage.run_id if meta.lineage else None,
         step=meta.lineage.step if meta.lineage else None,
         metrics=meta.metrics,
+        metric_declarations={k: v.model_dump() for k, v in meta.metric_declarations.items()}
+        or None,
         claimed_epsilon=meta.claimed.epsilon if meta.claimed else None,
         claimed_delta=meta.claimed.delta if meta.claimed else None,
         architecture=meta.architecture.model_dump() if meta.architecture else None,

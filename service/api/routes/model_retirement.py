@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from service.api.deps import ContextDep, SessionDep, require
-from service.api.routes.models import to_public
+from service.api.routes.model_views import to_public
 from service.api.routes.plans import RECENT as RECENT_PLANS
 from service.api.schemas import ModelPublic, ModelRetire, Problem
 from service.registry import retirement

@@ -22,11 +22,9 @@ from service.api.deps import (
 )
 from service.api.naming import labelled, with_labels
 from service.api.routes.jobs import job_or_queued, pending_response
+from service.api.routes.model_views import to_public
 from service.api.schemas import (
-    BundleFile,
-    Claimed,
     EpsilonPublic,
-    Lineage,
     ModelPublic,
     ModelsPublic,
     PendingPublic,
@@ -43,7 +41,6 @@ from service.profiles.source import profiles_or_pending
 from service.registry import names, repository
 from service.registry.db import session_scope
 from service.registry.keys import DOWNLOAD_SCOPE
-from service.registry.models import Model
 
 log = logging.getLogger(__name__)
 
@@ -55,70 +52,35 @@ MultiPartParser.spool_max_size = UPLOAD_SPOOL_BYTES
 router = APIRouter(prefix="/v1/models", tags=["models"])
 
 
-def to_public(model: Model) -> ModelPublic:
-    return ModelPublic(
-        id=model.id,
-        dataset_id=model.dataset_id,
-        name=model.name,
-        version=model.version,
-        mechanism=model.mechanism,
-        mechanism_hash=model.mechanism_hash,
-        lineage=(
-            Lineage(run_id=model.lineage_run_id, step=model.lineage_step)
-            if model.lineage_run_id is not None
-            else None
-        ),
-        lineage_verified=bool(model.lineage_verified),
-        signature=model.signature,
-        signature_hash=model.signature_hash,
-        sha256=model.sha256,
-        size_bytes=model.size_bytes,
-        metrics=model.metrics,
-        architecture=model.architecture,
-        claimed=(
-            Claimed(epsilon=model.claimed_epsilon, delta=model.claimed_delta)
-            if model.claimed_epsilon is not None and model.claimed_delta is not None
-            else None
-        ),
-        claim_check=model.claim_check,
-        recomputed_epsilon=(
-            round_up(model.recomputed_epsilon) if model.recomputed_epsilon is not None else None
-        ),
-        created_at=model.created_at,
-        download_url=f"/v1/models/{model.id}/weights",
-        kind=model.kind,
-        files=[BundleFile(**f) for f in model.files] if model.files is not None else None,
-        retired_at=model.retired_at,
-        retired_reason=model.retired_reason,
-    )
-
-
-@router.get(
-    "", dependencies=[require("read")], response_model=ModelsPublic, operation_id="models_list"
-)
+@router.get("", response_model=ModelsPublic, operation_id="models_list")
 def list_models(
     session: SessionDep,
+    who: Annotated[Principal, require("read")],
     dataset_id: Annotated[str | None, Query(max_length=200, description="its id or name")] = None,
     offset: Offset = 0,
     limit: Limit = 50,
 ) -> ModelsPublic:
+    """The models; a metric's value is shown when it is declared 'prior', or to admin keys."""
     ds = names.dataset_id(session=session, ref=dataset_id) if dataset_id else None
     rows, total = repository.list_models(session=session, dataset_id=ds, offset=offset, limit=limit)
-    data = with_labels(session, rows, [to_public(m) for m in rows])
+    admin = who.can("admin")
+    data = with_labels(session, rows, [to_public(m, show_all=admin) for m in rows])
     return ModelsPublic(data=data, count=total, offset=offset, limit=limit)
 
 
 @router.get(
     "/{model_id}",
     operation_id="models_get",
-    dependencies=[require("read")],
     response_model=ModelPublic,
     responses={404: {"model": Problem}},
 )
-def get_model(model_id: str, session: SessionDep) -> ModelPublic:
-    """A model by id (by name: ``/v1/datasets/{dataset}/models/{NAME@VERSION}``)."""
+def get_model(
+    model_id: str, session: SessionDep, who: Annotated[Principal, require("read")]
+) -> ModelPublic:
+    """A model by id (by name: ``/v1/datasets/{dataset}/models/{NAME@VERSION}``); a
+    metric's value is shown when it is declared 'prior', or to admin keys."""
     row = repository.get_model(session=session, model_id=model_id)
-    return labelled(session, row, to_public(row))
+    return labelled(session, row, to_public(row, show_all=who.can("admin")))
 
 
 @router.get(

@@ -30,6 +30,7 @@ from service.plans.planner import guarantee_for, plan_for
 from service.registry import names
 from service.registry.db import session_scope
 from service.releases.retarget import cap_warning, exposed_by
+from service.releases.selection import draw as draw_selection
 
 router = APIRouter(prefix="/v1/plans", tags=["plans"])
 
@@ -92,7 +93,9 @@ def to_public(plan: Plan, target_epsilon: float) -> PlanPublic:
     return PlanPublic(
         method=plan.method,
         accountant=plan.accountant,
-        weights=[PlanWeight(model_id=m, weight=w) for m, w in weights],
+        weights=[
+            PlanWeight(model_id=m, model_name=plan.names.get(m), weight=w) for m, w in weights
+        ],
         # rounded up, but never past the target the plan was checked against
         epsilon=min(round_up(plan.epsilon), target_epsilon),
         delta=plan.delta,
@@ -104,6 +107,7 @@ def to_public(plan: Plan, target_epsilon: float) -> PlanPublic:
         notes=plan.notes,
         exposed_model_ids=exposed_by(plan),
         paper_epsilon=round_up(plan.paper_epsilon) if plan.paper_epsilon is not None else None,
+        selection_epsilon=plan.selection_epsilon,
     )
 
 
@@ -121,6 +125,7 @@ def spec_from(body: PlanRequest) -> PlanRequestSpec:
         run_id=body.run_id,
         last_k=body.last_k,
         ema_decay=body.ema_decay,
+        selection_epsilon=body.selection_epsilon,
     )
 
 
@@ -162,14 +167,17 @@ async def create_plan(
     once it is done, gets its answer.
     """
     spec = spec_from(body)
-    scored = reads_models(spec)
-    if scored and not who.can("publish"):
+    may_score = who.can("publish")
+    if reads_models(spec) and not may_score:
         raise Forbidden(
             "this plan is computed from the models themselves (objective 'validation', or "
-            "a metric with metric_source 'models'): its answer exposes them, so it needs "
-            "an API key with scope 'publish' and is recorded in the dataset's ledger"
+            "a metric with metric_source 'models' or 'private'): its answer exposes them, "
+            "so it needs an API key with scope 'publish' and is recorded in the dataset's "
+            "ledger"
         )
     # a scored answer is recorded once per key: never served from another key's request
+    # (a default objective may resolve to a scored one for keys that may score)
+    scored = reads_models(spec) or (spec.objective is None and may_score)
     key = body.model_dump_json() + (f"#{who.key_id}" if scored else "")
     if not scored:
         hit = RECENT.get(key)
@@ -196,8 +204,18 @@ async def create_plan(
                     ),
                     spec=spec,
                     compute=ctx.plan_jobs.compute,
+                    may_score=may_score,
                 )
-                if scored:
+                if plan.selection is not None:  # drawn once, charged with its epsilon
+                    plan = draw_selection(
+                        session=session,
+                        profiles=ctx.profiles,
+                        dataset_id=body.dataset_id,
+                        plan=plan,
+                        key_id=who.key_id,
+                        key_name=who.name,
+                    )
+                elif plan.exposed is not None:
                     expose(
                         session=session,
                         profiles=ctx.profiles,
@@ -214,7 +232,7 @@ async def create_plan(
         public = to_public(plan, body.epsilon)
         if warning is not None:
             public.warnings.append(warning)
-        if not scored:
+        if plan.exposed is None:
             RECENT.put(key, public)
         return public
 

@@ -47,7 +47,7 @@ def release_public(release: Release) -> ReleasePublic:
         delta=release.delta,
         bound=release.bound,
         weights=[
-            PlanWeight(model_id=m, weight=w)
+            PlanWeight(model_id=m, model_name=plan.names.get(m), weight=w)
             for m, w in sorted(release.weights.items(), key=lambda kv: -kv[1])
         ],
         exposed_model_ids=list(release.exposed_model_ids),

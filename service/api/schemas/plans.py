@@ -25,19 +25,32 @@ class PlanRequest(In):
         description="required with objective 'metric': whether larger or smaller is better "
         "(never guessed from the name)",
     )
-    metric_source: Literal["models", "prior"] = Field(
+    metric_source: Literal["models", "prior", "private"] = Field(
         default="models",
-        description="objective 'metric': 'models' (the metrics were computed from these "
-        "models: the selection is bounded by the joint release of every model read, and "
-        "exposes them) or 'prior' (fixed without these models' outputs on private data, "
-        "e.g. a public proxy run: Theorems 5.1/5.2 apply under that stated assumption)",
+        description="objective 'metric', and it must match how each model declared the "
+        "metric: 'models' (computed from these models: the selection is bounded by the "
+        "joint release of every model read, and exposes them), 'prior' (fixed without "
+        "these models' outputs on private data, e.g. a public proxy run: Theorems 5.1/5.2) "
+        "or 'private' (computed on private data with a declared sensitivity: the service "
+        "selects by report-noisy-max, charged at selection_epsilon plus the joint release "
+        "of the eligible models)",
     )
-    objective: Literal["metric", "noise", "validation"] | None = Field(
+    selection_epsilon: float | None = Field(
         default=None,
-        description="default 'noise' (reads the mechanisms only; 'metric' when a metric is "
-        "named with method rs). 'validation' (lc, auto): weights chosen by accuracy on the "
-        "dataset's public validation split, guaranteed by the joint release of the models "
-        "scored",
+        gt=0,
+        allow_inf_nan=False,
+        description="metric_source 'private': the selection's own epsilon (default 0.1 x "
+        "the target)",
+    )
+    objective: Literal["metric", "signal", "noise", "validation"] | None = Field(
+        default=None,
+        description="left out: the dataset's metric when every candidate declares it "
+        "'prior'; else, for keys with scope 'publish', 'validation' when the dataset has a "
+        "public validation split (charged); else 'signal' (the noise-to-signal ratio of "
+        "each model's training, read from the mechanisms). 'metric' when a metric is named "
+        "with method rs. 'noise': the merged noise variance (favours less training). "
+        "'validation' (lc, auto): weights chosen by accuracy on the public validation "
+        "split, guaranteed by the joint release of the models scored",
     )
     run_id: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = Field(
         default=None, description="checkpoint_average: the run whose checkpoints to average"
@@ -50,6 +63,7 @@ class PlanRequest(In):
 
 class PlanWeight(BaseModel):
     model_id: str
+    model_name: str | None = None
     weight: float
 
 
@@ -82,6 +96,12 @@ class PlanPublic(BaseModel):
         default_factory=list,
         description="what would stop a release of this plan now (the dataset's cap)",
     )
+    selection_epsilon: float | None = Field(
+        default=None,
+        description="a private selection (metric_source 'private'): the selection's own "
+        "epsilon (pure DP), included in epsilon and charged to the ledger besides the "
+        "models it read",
+    )
 
 
 class JobPublic(BaseModel):
@@ -103,6 +123,11 @@ class PendingPublic(BaseModel):
 
 class GuaranteeWeight(In):
     model_id: ModelRef = Field(description=MODEL_REF)
+    model_name: str | None = Field(
+        default=None,
+        max_length=200,
+        description="ignored: a plan's weights may be sent as they are",
+    )
     weight: float = Field(ge=0, le=1, allow_inf_nan=False)
 
 

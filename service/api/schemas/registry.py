@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -36,8 +36,11 @@ class DatasetCreate(In):
     name: Name = Field(description="unique; not shaped like an id (datasets are named by either)")
     description: Text | None = Field(default=None, max_length=10_000)
     metric: Annotated[str, StringConstraints(min_length=1, max_length=100)] | None = Field(
-        default=None, description="The utility metric plans maximise by default."
+        default=None,
+        description="The utility metric plans use by default, when every candidate declares "
+        "it 'prior' (metric_goal says its direction; 'max' when left out).",
     )
+    metric_goal: Literal["max", "min"] | None = None
     epsilon_cap: Epsilon | None = None
     delta_cap: Delta | None = None
 
@@ -56,6 +59,7 @@ class DatasetPublic(BaseModel):
     name: str
     description: str | None
     metric: str | None
+    metric_goal: str | None = None
     epsilon_cap: float | None
     delta_cap: float | None = Field(
         description="the delta the ledger is held to; 1e-05 when an epsilon cap is set without one"
@@ -98,6 +102,29 @@ class Claimed(In):
     delta: Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)]
 
 
+class MetricDeclaration(In):
+    """How one metric was computed, which decides who may see it and what reading it costs."""
+
+    source: Literal["prior", "models", "private"] = Field(
+        description="'prior': fixed without these models' outputs on private data (a public "
+        "proxy run, a hyper-parameter table): shown to every key, usable by random selection "
+        "at no cost. 'models': computed from this model on public data (e.g. the public "
+        "validation split): a function of the private model, so shown only to admin keys "
+        "and a plan read from it is charged as the joint release of the models read. "
+        "'private': computed on private data (e.g. accuracy on n private validation "
+        "examples): needs 'sensitivity' and a value in [0, 1]; shown only to admin keys, "
+        "usable only through private selection (metric_source 'private')"
+    )
+    sensitivity: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        allow_inf_nan=False,
+        description="'private' only: how much one person's data can change the value "
+        "(accuracy on n examples: 1/n)",
+    )
+
+
 class ModelCreate(In):
     """The ``metadata`` part of a model upload."""
 
@@ -110,6 +137,12 @@ class ModelCreate(In):
         Annotated[str, StringConstraints(min_length=1, max_length=100, pattern=r"^[^\x00]+$")],
         float,
     ] = Field(default_factory=dict, max_length=100)
+    metric_declarations: dict[str, MetricDeclaration] = Field(
+        default_factory=dict,
+        max_length=100,
+        description="per metric, how it was computed (a metric not declared counts as "
+        "'models'): decides who sees its value and what a plan reading it costs",
+    )
     claimed: Claimed | None = None
     architecture: Architecture | None = Field(
         default=None,
@@ -131,6 +164,26 @@ class ModelCreate(In):
         "by this key is refused (422 with 'missing')",
     )
 
+    @model_validator(mode="after")
+    def _declared_metrics(self) -> ModelCreate:
+        for name, decl in self.metric_declarations.items():
+            if name not in self.metrics:
+                raise ValueError(f"metric_declarations names {name!r}, which metrics lacks")
+            if decl.source == "private":
+                if decl.sensitivity is None:
+                    raise ValueError(
+                        f"metric {name!r} is declared 'private': give its sensitivity (how "
+                        "much one person's data can change it; accuracy on n examples: 1/n)"
+                    )
+                if not 0.0 <= self.metrics[name] <= 1.0:
+                    raise ValueError(
+                        f"metric {name!r} is declared 'private': its value must be in "
+                        f"[0, 1], got {self.metrics[name]}"
+                    )
+            elif decl.sensitivity is not None:
+                raise ValueError(f"metric {name!r}: a sensitivity is for 'private' metrics only")
+        return self
+
 
 class ModelPublic(BaseModel):
     id: str
@@ -149,7 +202,21 @@ class ModelPublic(BaseModel):
     signature_hash: str
     sha256: str
     size_bytes: int
-    metrics: dict[str, float]
+    metrics: dict[str, float] = Field(
+        description="the metrics this key may see: those declared 'prior' for every key, all "
+        "of them for admin keys (the others are listed in hidden_metrics)"
+    )
+    metric_declarations: dict[str, MetricDeclaration] = Field(default_factory=dict)
+    hidden_metrics: list[str] = Field(
+        default_factory=list,
+        description="metrics computed from the model or on private data, whose values this "
+        "key may not see (a plan reading them needs scope 'publish' and is charged)",
+    )
+    duplicate_of: str | None = Field(
+        default=None,
+        description="registered before copies were refused: the model with the same bytes "
+        "this one copies (plans leave it out)",
+    )
     architecture: dict[str, Any] | None = None
     claimed: Claimed | None
     claim_check: str | None = Field(

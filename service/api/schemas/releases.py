@@ -72,9 +72,11 @@ class ExposurePublic(BaseModel):
     """Private models shown outside a release, charged like the models a release exposes."""
 
     id: str
-    kind: Literal["download", "scored_plan"] = Field(
+    kind: Literal["download", "scored_plan", "private_selection"] = Field(
         description="download: raw weights of a registered model (scope models:download); "
-        "scored_plan: a dry-run plan computed from the models themselves"
+        "scored_plan: a dry-run plan computed from the models themselves; "
+        "private_selection: a selection by metrics on private data (its models, plus "
+        "detail.selection_epsilon)"
     )
     model_ids: list[str]
     key_name: str = Field(description="the API key that asked")
