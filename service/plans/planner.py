@@ -42,6 +42,7 @@ from service.plans.candidates import (
     usable_candidates,
 )
 from service.plans.tasks import Compute, in_thread
+from service.plans.uncertainty import with_uncertainty
 from service.profiles.source import ProfileSource
 from service.registry import repository
 from service.registry.blobs import BlobStore
@@ -115,7 +116,7 @@ def resolve_default(
     3. 'signal', the noise-to-signal ratio of each model's training (mechanisms only).
 
     Which one applied, and why the others did not, goes into the plan's notes."""
-    if spec.objective is not None or spec.method == "checkpoint_average":
+    if spec.objective is not None or spec.method in ("checkpoint_average", "ensemble"):
         return spec
     if default_objective(spec) == "metric":  # a metric named with method rs
         return spec
@@ -191,7 +192,7 @@ def plan_for(
             PLAN_CACHE.put(key, cached)
         plan = copy.deepcopy(cached)
     plan.notes.extend(left_out)
-    return plan
+    return with_uncertainty(plan, rows, spec.metric or dataset.metric)
 
 
 __all__ = [

@@ -3,10 +3,11 @@
 Pure: candidates come in with their mechanisms and profiles, a ``Plan`` goes out.
 One module per method behind ``make_plan``'s dispatch table: ``rs`` (Theorems 5.1/5.2),
 ``lc`` (the sound LC bound of ``lc.accountant``), ``auto`` (the better of the two),
-``checkpoints`` (averaging one run) and ``validation`` (weights scored on a public
-split, bounded by the joint release of every model scored). Every plan's achieved
-epsilon is recomputed with the full bound for the weights returned; an infeasible
-target raises ``InfeasibleTarget`` with the smallest epsilon found reachable.
+``checkpoints`` (averaging one run, or shipping its checkpoints as an ensemble) and
+``validation`` (weights scored on a public split, bounded by the joint release of every
+model scored). Every plan's achieved epsilon is recomputed with the full bound for the
+weights returned; an infeasible target raises ``InfeasibleTarget`` with the smallest
+epsilon found reachable.
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ def make_plan(
     objective = default_objective(spec)
     if objective == "validation":
         plan = plan_validation(candidates, spec, evaluate)
-    elif spec.method == "checkpoint_average":
+    elif spec.method in ("checkpoint_average", "ensemble"):
         return _named(plan_checkpoint_average(candidates, spec), candidates)
     else:
         plan = _BY_METHOD[spec.method](candidates, spec, objective)
