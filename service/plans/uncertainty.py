@@ -85,10 +85,15 @@ def uncertainty_record(
 
 
 def checkpoint_uncertainty(
-    rows: Sequence[Model], weights: dict[str, float], metric: str | None
+    rows: Sequence[Model],
+    weights: dict[str, float],
+    metric: str | None,
+    scores: dict[str, float] | None = None,
 ) -> tuple[dict[str, Any] | None, list[str]]:
     """(the record or None, notes saying what was estimated or why nothing was) for a
-    checkpoint plan whose members are ``weights``."""
+    checkpoint plan whose members are ``weights``; the values are ``scores`` (computed
+    on the public validation split, source ``validation_split``) when given, else each
+    checkpoint's declared ``metric``."""
     if metric is None:
         return None, []
     by_id = {m.id: m for m in rows}
@@ -100,6 +105,10 @@ def checkpoint_uncertainty(
             f"no uncertainty for metric {metric!r}: it needs at least 2 checkpoints, "
             f"the plan has {len(weights)}"
         ]
+    if scores is not None:
+        values = [(m.id, m.lineage_step, float(scores[m.id]), weights[m.id]) for m in members]
+        record = uncertainty_record(metric, "validation_split", values)
+        return record, [_note(metric, record)]
     missing = [m.id for m in members if metric not in (m.metrics or {})]
     if missing:
         return None, [f"no uncertainty for metric {metric!r}: not declared by {', '.join(missing)}"]
@@ -114,20 +123,27 @@ def checkpoint_uncertainty(
         record = uncertainty_record(metric, "prior" if sources == {"prior"} else "models", values)
     except (TypeError, ValueError) as exc:
         return None, [f"no uncertainty for metric {metric!r}: {exc}"]
-    return record, [
-        f"uncertainty of {metric!r}: the sample variance of its values on the {len(members)} "
+    return record, [_note(metric, record)]
+
+
+def _note(metric: str, record: dict[str, Any]) -> str:
+    return (
+        f"uncertainty of {metric!r}: the sample variance of its values on the {record['k']} "
         "checkpoints times sum p_i^2 (uniform: 1/k) estimates the variance the DP noise gives "
         "the released model's metric (Recycling Scraps, Shejwalkar et al., Section 5): "
         f"95% width {record['width_95']:.4g} around {record['estimate']:.4g}. Consecutive "
         "checkpoints are correlated, so this is a lower bound on the true spread"
-    ]
+    )
 
 
-def with_uncertainty(plan: Plan, rows: Sequence[Model], metric: str | None) -> Plan:
+def with_uncertainty(
+    plan: Plan, rows: Sequence[Model], metric: str | None, scores: dict[str, float] | None = None
+) -> Plan:
     """A checkpoint plan (``checkpoint_average``, ``ensemble``) with its uncertainty
-    record and notes; any other plan as it is."""
+    record and notes; any other plan as it is. ``scores``: each checkpoint's value of
+    ``metric`` computed by the service on the public validation split."""
     if plan.method not in ("checkpoint_average", "ensemble"):
         return plan
-    plan.uncertainty, notes = checkpoint_uncertainty(rows, plan.weights, metric)
+    plan.uncertainty, notes = checkpoint_uncertainty(rows, plan.weights, metric, scores)
     plan.notes.extend(notes)
     return plan

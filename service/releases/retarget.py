@@ -52,6 +52,7 @@ from service.ledger.charges import check_cap
 from service.merging.random_selection import select
 from service.plans.planner import (
     candidate_rows,
+    checkpoint_uncertainty_for,
     chosen_candidates,
     resolve_default,
     uses_lc,
@@ -59,7 +60,6 @@ from service.plans.planner import (
     with_dataset_metric,
 )
 from service.plans.tasks import Compute, in_thread
-from service.plans.uncertainty import with_uncertainty
 from service.profiles.source import ProfileSource
 from service.registry import repository
 from service.registry.blobs import BlobStore
@@ -199,7 +199,9 @@ def retarget(
             make_plan(candidates, spec, evaluate) if evaluate else compute("plan", candidates, spec)
         )
         plan.notes.extend(left_out)
-        plan = with_uncertainty(plan, rows, spec.metric or dataset.metric)
+        plan = checkpoint_uncertainty_for(
+            plan=plan, spec=spec, dataset=dataset, rows=rows, blobs=blobs
+        )
         # a private selection: drawn once (or read back), charged with its own epsilon
         plan = draw_selection(
             session=session,

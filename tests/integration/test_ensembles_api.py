@@ -10,14 +10,17 @@ import json
 
 import numpy as np
 import pytest
+import torch
 from fastapi.testclient import TestClient
 from safetensors import safe_open
+from safetensors.torch import load, save
 from sqlalchemy import func, select
 
 from service.registry.models import Release
 from tests.conftest import Backend, authorize
 from tests.helpers import checkpoint_bytes, sgd, upload
 from tests.integration.test_browser_security import login
+from tests.integration.test_validation_api import LOGREG, put_split, split
 
 ACC = {100: 0.70, 200: 0.74, 300: 0.71}
 BODY = {"epsilon": 50.0, "delta": 1e-5, "run_id": "r", "metric": "acc"}
@@ -135,3 +138,55 @@ def test_the_dashboard_shows_an_ensembles_rule_and_uncertainty(client: TestClien
     assert "outputs combined by mean_probabilities" in page.text
     half = 1.959963984540054 * expected_variance() ** 0.5
     assert f"acc: {np.mean(list(ACC.values())):.4g} &plusmn; {half:.4g}" in page.text
+
+
+def test_an_uncertainty_scored_on_the_validation_split_is_charged_as_the_run(
+    client: TestClient, backend: Backend
+) -> None:
+    """metric 'validation_accuracy': each checkpoint's accuracy on the public split, as
+    computed here by hand; the dry run reads the checkpoints, so it needs scope
+    'publish' and is recorded in the ledger, at the run's latest checkpoint's epsilon."""
+    ds = client.post("/v1/datasets", json={"name": "scored"}).json()["id"]
+    assert put_split(client, ds, split()).status_code == 200
+    states, ids = {}, {}
+    for step in (100, 200, 300):
+        gen = torch.Generator().manual_seed(step)
+        states[step] = {"fc.weight": torch.randn(3, 8, generator=gen), "fc.bias": torch.zeros(3)}
+        meta = {
+            "dataset_id": ds,
+            "name": f"ck{step}",
+            "mechanism": sgd(1.0, steps=step),
+            "architecture": LOGREG,
+            "lineage": {"run_id": "r", "step": step},
+        }
+        resp = upload(client, save(states[step]), json.dumps(meta))
+        assert resp.status_code == 201, resp.text
+        ids[step] = resp.json()["id"]
+    body = {**BODY, "dataset_id": ds, "method": "ensemble", "metric": "validation_accuracy"}
+    admin = client.headers["Authorization"]
+    authorize(client, backend.session_factory, "read")
+    assert client.post("/v1/plans", json=body).status_code == 403
+    client.headers["Authorization"] = admin
+    plan = client.post("/v1/plans", json=body).json()
+    u = plan["uncertainty"]
+    assert u["source"] == "validation_split" and u["metric"] == "validation_accuracy"
+    data = load(split())
+    accuracy = [
+        float(
+            ((data["inputs"] @ states[s]["fc.weight"].T).argmax(1) == data["labels"])
+            .double()
+            .mean()
+        )
+        for s in (100, 200, 300)
+    ]
+    assert [m["value"] for m in u["members"]] == pytest.approx(accuracy, abs=1e-9)
+    assert u["variance"] == pytest.approx(float(np.var(accuracy, ddof=1)) / 3, rel=1e-9)
+    assert sorted(plan["exposed_model_ids"]) == sorted(ids.values())
+    latest = client.get(f"/v1/models/{ids[300]}/epsilon", params={"delta": 1e-5}).json()
+    assert latest["epsilon"] == plan["epsilon"]
+    ledger = client.get(f"/v1/datasets/{ds}/ledger").json()
+    (scored,) = [e for e in ledger["exposures"] if e["kind"] == "scored_plan"]
+    assert sorted(scored["model_ids"]) == sorted(ids.values())
+    delta = ledger["cumulative"]["delta"]
+    alone = client.get(f"/v1/models/{ids[300]}/epsilon", params={"delta": delta}).json()
+    assert ledger["cumulative"]["epsilon"] == pytest.approx(alone["epsilon"], rel=1e-6)

@@ -35,6 +35,10 @@ from service.accounting.planning.types import (
 from service.accounting.planning.validation import plan_validation
 from service.errors import InvalidInput
 
+#: the metric a checkpoint plan's uncertainty is computed from when the request names
+#: it: each checkpoint's accuracy on the dataset's public validation split
+SPLIT_METRIC = "validation_accuracy"
+
 _BY_METHOD: dict[str, Callable[[list[Candidate], PlanRequestSpec, str], Plan]] = {
     "rs": plan_rs,
     "lc": plan_lc,
@@ -75,7 +79,11 @@ def reads_models(spec: PlanRequestSpec) -> bool:
     (``metric_source: "models"``). Such an answer, dry run or not, is a function of
     every model read, so it exposes them (Theorem 6.1 bounds it by their joint
     release). A private selection (``metric_source: "private"``) reads them too, and
-    costs its own epsilon besides. The mechanism objectives read the mechanisms only."""
+    costs its own epsilon besides. The mechanism objectives read the mechanisms only.
+    A checkpoint plan (``checkpoint_average``, ``ensemble``) reads them when its
+    uncertainty is asked of the public validation split (``SPLIT_METRIC``)."""
+    if spec.method in ("checkpoint_average", "ensemble"):
+        return spec.metric == SPLIT_METRIC
     objective = default_objective(spec)
     if objective == "validation":
         return True
@@ -145,6 +153,7 @@ def released_notes(plan: Plan, candidates: list[Candidate]) -> list[str]:
 
 
 __all__ = [
+    "SPLIT_METRIC",
     "AccountantName",
     "Candidate",
     "Evaluate",

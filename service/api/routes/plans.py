@@ -96,7 +96,7 @@ def to_public(plan: Plan, target_epsilon: float, *, show_all: bool = True) -> Pl
     weights = sorted(plan.weights.items(), key=lambda kv: -kv[1])
     uncertainty = plan.uncertainty
     notes = list(plan.notes)
-    if uncertainty is not None and uncertainty.get("source") != "prior" and not show_all:
+    if uncertainty is not None and uncertainty.get("source") == "models" and not show_all:
         uncertainty = None
         notes = [n for n in notes if not n.startswith("uncertainty of ")]
         notes.append(

@@ -96,8 +96,11 @@ class UncertaintyPublic(BaseModel):
     Shejwalkar et al., Section 5): a lower bound on the released model's uncertainty."""
 
     metric: str
-    source: Literal["prior", "models"] = Field(
-        description="'prior' when every value was declared so, else 'models'"
+    source: Literal["prior", "models", "validation_split"] = Field(
+        description="'prior' when every value was declared so, 'models' when some were "
+        "declared computed from the models, 'validation_split' when the service scored "
+        "each checkpoint on the dataset's public validation split (metric "
+        "'validation_accuracy': charged as a read of the checkpoints)"
     )
     k: int = Field(description="how many checkpoints")
     members: list[UncertaintyMember] = Field(description="each checkpoint's value, oldest first")
