@@ -17,7 +17,6 @@ anywhere), and the second run finds what the first made and succeeds.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -28,6 +27,7 @@ from pathlib import Path
 import numpy as np
 from safetensors.numpy import save_file
 
+from retarget.client import RetargetClient
 from tests.helpers import service_env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -147,69 +147,58 @@ def test_the_docs_commands_run_twice(server: tuple[str, Path], tmp_path: Path) -
     runnable = [(p, blocks) for p, blocks in runnable if blocks]
     assert runnable[0][0].name == "README.md"
     folder = tmp_path / "quickstart"
-    env = docs_env
+    with RetargetClient(base, key) as rt:
+        releases = []
+        for _ in range(2):
+            for page, blocks in runnable:
+                run_page(blocks, readme_env if page.name == "README.md" else docs_env, tmp_path)
+            releases.append(rt.releases.list(dataset_id="digits").count)
+        # the second run asked for what the first made: no new release, nothing charged again
+        assert releases[0] == releases[1] >= 3
 
-    def listed(*args: str) -> dict:
-        out = _cli([*args, "--json"], env, folder)
-        assert out.returncode == 0, out.stderr
-        return dict(json.loads(out.stdout))
+        # what the two runs of the README left: one of each, as after the first
+        models = rt.models.list(dataset_id="digits").data
+        assert sorted(m.ref or "" for m in models) == ["digits/sigma-0.8@1", "digits/sigma-2@1"]
+        assert rt.models.get("digits/sigma-2@champion").aliases == ["champion"]
+        assert len(rt.models.aliases("digits/sigma-2").history) == 1
+        deployments = {d.name: d for d in rt.deployments.list().data}
+        assert {"prod", "champion", "prod-py"} <= set(deployments)
+        assert deployments["champion"].follows == "digits/sigma-2@champion"
+        assert (deployments["prod"].epsilon, deployments["prod"].delta) == (0.5, 1e-6)
 
-    releases = []
-    for _ in range(2):
-        for page, blocks in runnable:
-            run_page(blocks, readme_env if page.name == "README.md" else docs_env, tmp_path)
-        releases.append(listed("releases", "list", "--dataset", "digits")["count"])
-    # the second run asked for what the first made: no new release, nothing charged again
-    assert releases[0] == releases[1] >= 3
+        # tags through the CLI, on the version an alias names
+        tag = ["models", "tag", "set", "digits/sigma-2@champion", "stage=prod", "reviewed"]
+        tagged = _cli(tag, docs_env, folder)
+        assert tagged.returncode == 0, tagged.stderr
+        assert rt.models.get("digits/sigma-2@1").tags == {"reviewed": "", "stage": "prod"}
 
-    # what the two runs of the README left: one of each, as after the first
-    models = listed("models", "list", "--dataset", "digits")
-    assert sorted(m["ref"] for m in models["data"]) == ["digits/sigma-0.8@1", "digits/sigma-2@1"]
-    assert listed("models", "show", "digits/sigma-2@champion")["aliases"] == ["champion"]
-    assert len(listed("models", "alias", "show", "digits/sigma-2")["history"]) == 1
-    deployments = {d["name"]: d for d in listed("deployments", "list")["data"]}
-    assert {"prod", "champion", "prod-py"} <= set(deployments)
-    assert deployments["champion"]["follows"] == "digits/sigma-2@champion"
-    assert (deployments["prod"]["epsilon"], deployments["prod"]["delta"]) == (0.5, 1e-6)
+        # a version whose own epsilon is over the following deployment's policy: the
+        # alias moves, the deployment stays, and the CLI says so with exit 4
+        rng = np.random.default_rng(3)
+        weights = {"w": rng.standard_normal((10, 64), np.float32), "b": np.zeros(10, np.float32)}
+        save_file(weights, str(folder / "hot.safetensors"))
+        mech = {"type": "dp_sgd", "sampling_rate": 0.004, "clipping_norm": 1.0, "steps": 700}
+        mech |= {"learning_rate": 0.1, "optimizer": "sgd", "noise_multiplier": 0.3}
+        rt.models.register(
+            folder / "hot.safetensors",
+            dataset_id="digits",
+            name="sigma-2",
+            mechanism=mech,
+            version=2,
+        )
+        before = rt.deployments.get("champion").current_release_id
+        moved = _cli(["models", "alias", "set", "digits/sigma-2@2", "champion"], docs_env, folder)
+        assert moved.returncode == 4, moved.stdout + moved.stderr
+        assert "deployment champion stays on its current model" in moved.stderr
+        assert rt.deployments.get("champion").current_release_id == before
+        assert rt.models.get("digits/sigma-2@champion").version == 2
 
-    # tags on a version named by its alias
-    tagged = _cli(
-        ["models", "tag", "set", "digits/sigma-2@champion", "stage=prod", "reviewed"], env, folder
-    )
-    assert tagged.returncode == 0, tagged.stderr
-    assert listed("models", "show", "digits/sigma-2@1")["tags"] == {"reviewed": "", "stage": "prod"}
-
-    # a version whose own epsilon is over the following deployment's policy: the alias
-    # moves, the deployment stays, and the CLI says so with exit 4
-    mech = {"type": "dp_sgd", "sampling_rate": 0.004, "clipping_norm": 1.0, "steps": 700}
-    mech |= {"learning_rate": 0.1, "optimizer": "sgd", "noise_multiplier": 0.3}
-    rng = np.random.default_rng(3)
-    save_file(
-        {"w": rng.standard_normal((10, 64), np.float32), "b": np.zeros(10, np.float32)},
-        str(folder / "hot.safetensors"),
-    )
-    hot = _cli(
-        [
-            *("models", "register", "hot.safetensors", "--dataset", "digits"),
-            *("--name", "sigma-2", "--version", "2", "--mechanism", json.dumps(mech)),
-        ],
-        env,
-        folder,
-    )
-    assert hot.returncode == 0, hot.stderr
-    before = listed("deployments", "show", "champion")["current_release_id"]
-    moved = _cli(["models", "alias", "set", "digits/sigma-2@2", "champion"], env, folder)
-    assert moved.returncode == 4, moved.stdout + moved.stderr
-    assert "deployment champion stays on its current model" in moved.stderr
-    assert listed("deployments", "show", "champion")["current_release_id"] == before
-    assert listed("models", "show", "digits/sigma-2@champion")["version"] == 2
-
-    typo = _cli(["models", "show", "digits/sigma-0.9"], env, folder)
+    typo = _cli(["models", "show", "digits/sigma-0.9"], docs_env, folder)
     assert typo.returncode == 4
     assert "did you mean 'digits/sigma-0.8'" in typo.stderr
-    wrong_dataset = _cli(["models", "list", "--dataset", "digit"], env, folder)
+    wrong_dataset = _cli(["models", "list", "--dataset", "digit"], docs_env, folder)
     assert wrong_dataset.returncode == 4 and "did you mean 'digits'" in wrong_dataset.stderr
     changed = _cli(
-        ["datasets", "create", "digits", "--exist-ok", "--epsilon-cap", "3"], env, folder
+        ["datasets", "create", "digits", "--exist-ok", "--epsilon-cap", "3"], docs_env, folder
     )
     assert changed.returncode == 4 and "epsilon_cap" in changed.stderr
