@@ -19,7 +19,7 @@ from service.errors import InvalidInput, Unsupported
 def plan_checkpoint_average(candidates: list[Candidate], spec: PlanRequestSpec) -> Plan:
     """Average the last k checkpoints of one run, or ship them as an ensemble
     (``spec.method`` "checkpoint_average" or "ensemble"; "Recycling Scraps", Shejwalkar
-    et al., Sections 3.2: UTA/EMA of parameters, OPA and OMV of outputs).
+    et al., PoPETs 2025, Section 3.2: UTA/EMA of parameters, OPA and OMV of outputs).
 
     Either is post-processing of the run up to its latest checkpoint used (a function
     of that checkpoint's release, which includes every earlier iterate of the run's
