@@ -41,6 +41,20 @@ Objective = Annotated[
     str | None,
     typer.Option(help="signal | noise | metric | validation (default: chosen by the service)"),
 ]
+RunId = Annotated[
+    str | None, typer.Option(help="checkpoint_average | ensemble: the run (default: the only one)")
+]
+LastK = Annotated[
+    int | None, typer.Option(help="checkpoint_average | ensemble: its last K checkpoints (3)")
+]
+EmaDecay = Annotated[
+    float | None,
+    typer.Option(help="checkpoint_average | ensemble: EMA weights decay^(k-j), not uniform"),
+]
+Combine = Annotated[
+    str | None,
+    typer.Option(help="ensemble: mean_probabilities (OPA, default) | majority_vote (OMV)"),
+]
 DEPLOYMENT_FIELDS = (
     "name",
     "dataset_id",
@@ -61,13 +75,19 @@ def _options(
     metric_goal: str | None,
     metric_source: str | None,
     objective: str | None,
+    checkpoints: tuple[str | None, int | None, float | None, str | None] = (None,) * 4,
 ) -> dict[str, Any]:
+    run_id, last_k, ema_decay, combine = checkpoints
     options = {
         "model_ids": model or None,
         "metric": metric,
         "metric_goal": metric_goal,
         "metric_source": metric_source,
         "objective": objective,
+        "run_id": run_id,
+        "last_k": last_k,
+        "ema_decay": ema_decay,
+        "combine": combine,
     }
     return {k: v for k, v in options.items() if v is not None}
 
@@ -87,6 +107,15 @@ def _show_plan(plan: Any, as_json: bool, title: str) -> None:
         stdout.print(f"  chosen by: {notes.pop(0) if notes else data['objective']}", markup=False)
     if data.get("selection_epsilon") is not None:
         stdout.print(f"  of which the private selection: epsilon {data['selection_epsilon']:g}")
+    if data.get("combine"):
+        stdout.print(f"  ensemble: outputs combined by {data['combine']}", markup=False)
+    if data.get("uncertainty"):
+        u = data["uncertainty"]
+        stdout.print(
+            f"  uncertainty of {u['metric']}: {u['estimate']:.4g} +/- "
+            f"{u['width_95'] / 2:.4g} (95%, k={u['k']}; a lower bound: checkpoints correlate)",
+            markup=False,
+        )
     show_rows(weight_rows(data["weights"]), False, ("model", "model_id", "weight"))
     for note in notes:
         stdout.print(f"  note: {note}", markup=False)
@@ -118,12 +147,18 @@ def plan(
     metric_goal: MetricGoal = None,
     metric_source: MetricSource = None,
     objective: Objective = None,
+    run_id: RunId = None,
+    last_k: LastK = None,
+    ema_decay: EmaDecay = None,
+    combine: Combine = None,
     url: Url = None,
     api_key: ApiKey = None,
     as_json: AsJson = False,
 ) -> int:
     """Plan a release for the target: a dry run that costs no privacy."""
-    options = _options(model, metric, metric_goal, metric_source, objective)
+    options = _options(
+        model, metric, metric_goal, metric_source, objective, (run_id, last_k, ema_decay, combine)
+    )
     with connect(url, api_key) as rt:
         result = rt.plans.create(
             dataset, epsilon, delta, method=method, accountant=accountant, **options
@@ -143,6 +178,10 @@ def release(
     metric_goal: MetricGoal = None,
     metric_source: MetricSource = None,
     objective: Objective = None,
+    run_id: RunId = None,
+    last_k: LastK = None,
+    ema_decay: EmaDecay = None,
+    combine: Combine = None,
     deployment: Annotated[str | None, typer.Option(help="record it for this deployment")] = None,
     dtype: Annotated[str | None, typer.Option(help="float32 | bfloat16 | float16")] = None,
     output: Annotated[
@@ -154,7 +193,9 @@ def release(
 ) -> int:
     """Release a merged model for the target (costs privacy; recorded in the ledger).
     The same request again returns the same release."""
-    options = _options(model, metric, metric_goal, metric_source, objective)
+    options = _options(
+        model, metric, metric_goal, metric_source, objective, (run_id, last_k, ema_decay, combine)
+    )
     if dtype is not None:
         options["dtype"] = dtype
     with connect(url, api_key) as rt:

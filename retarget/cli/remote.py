@@ -27,7 +27,7 @@ ApiKey = Annotated[
 AsJson = Annotated[bool, typer.Option("--json", help="machine-readable JSON on stdout")]
 Offset = Annotated[int, typer.Option(min=0, help="skip this many rows")]
 Limit = Annotated[int, typer.Option(min=1, max=500, help="rows per page")]
-Method = Annotated[str, typer.Option(help="rs | lc | auto | checkpoint_average")]
+Method = Annotated[str, typer.Option(help="rs | lc | auto | checkpoint_average | ensemble")]
 Accountant = Annotated[str, typer.Option(help="rdp | pld | best")]
 
 

@@ -113,6 +113,11 @@ class Plan(Record):
     notes: list[str] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
     selection_epsilon: float | None = None
+    #: ensemble: how its members' outputs combine (mean_probabilities | majority_vote)
+    combine: str | None = None
+    #: checkpoint plans: a metric's spread over the checkpoints (metric, k, estimate,
+    #: variance, std_error, width_95, interval_95, members, lower_bound)
+    uncertainty: dict[str, Any] | None = None
 
 
 class Guarantee(Record):
@@ -140,6 +145,7 @@ class Release(Record):
     kind: str = "safetensors"
     status: str = "done"
     created_at: str | None = None
+    plan: Plan | None = None
     created: bool = Field(
         default=True, description="false when the same request was already served (200)"
     )

@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 
 from service.accounting.mechanisms import canonical_json
 from service.accounting.planning import (
+    SPLIT_METRIC,
     Evaluate,
     Plan,
     PlanRequestSpec,
@@ -42,6 +43,7 @@ from service.plans.candidates import (
     usable_candidates,
 )
 from service.plans.tasks import Compute, in_thread
+from service.plans.uncertainty import with_uncertainty
 from service.profiles.source import ProfileSource
 from service.registry import repository
 from service.registry.blobs import BlobStore
@@ -93,6 +95,38 @@ def validation_evaluator(
     return evaluate
 
 
+def checkpoint_uncertainty_for(
+    *, plan: Plan, spec: PlanRequestSpec, dataset: Dataset, rows: list[Model], blobs: BlobStore
+) -> Plan:
+    """A checkpoint plan with its uncertainty (``service.plans.uncertainty``): from the
+    metric the checkpoints declare (the request's, else the dataset's), or, when the
+    request names ``SPLIT_METRIC``, from each checkpoint's accuracy on the dataset's
+    public validation split. Scoring reads the checkpoints: the plan then counts them as
+    exposed (``plan.exposed``), which a release does anyway and a dry run is charged for
+    (``reads_models``); the ledger charges checkpoints of one run as its latest one."""
+    if plan.method not in ("checkpoint_average", "ensemble"):
+        return plan
+    if spec.metric != SPLIT_METRIC:
+        return with_uncertainty(plan, rows, spec.metric or dataset.metric)
+    if dataset.validation_sha256 is None:
+        plan.notes.append(
+            f"no uncertainty for {SPLIT_METRIC!r}: the dataset has no public validation split"
+        )
+        return plan
+    evaluate = validation_evaluator(
+        blobs=blobs, dataset=dataset, spec=replace(spec, objective="validation"), rows=rows
+    )
+    assert evaluate is not None  # a split, and objective 'validation'
+    scores = {m: evaluate({m: 1.0}) for m in sorted(plan.weights)}
+    plan.exposed = sorted(plan.weights)
+    plan.notes.append(
+        f"{SPLIT_METRIC}: each checkpoint scored on the dataset's public validation split; "
+        "this reads the checkpoints, so the plan counts them as exposed (one run: charged as "
+        "its latest checkpoint, the plan's own certificate)"
+    )
+    return with_uncertainty(plan, rows, SPLIT_METRIC, scores)
+
+
 def with_dataset_metric(dataset: Dataset, spec: PlanRequestSpec) -> PlanRequestSpec:
     """Objective 'metric' without a metric: the dataset's (and its direction, if the
     request gives none)."""
@@ -115,7 +149,7 @@ def resolve_default(
     3. 'signal', the noise-to-signal ratio of each model's training (mechanisms only).
 
     Which one applied, and why the others did not, goes into the plan's notes."""
-    if spec.objective is not None or spec.method == "checkpoint_average":
+    if spec.objective is not None or spec.method in ("checkpoint_average", "ensemble"):
         return spec
     if default_objective(spec) == "metric":  # a metric named with method rs
         return spec
@@ -191,7 +225,7 @@ def plan_for(
             PLAN_CACHE.put(key, cached)
         plan = copy.deepcopy(cached)
     plan.notes.extend(left_out)
-    return plan
+    return checkpoint_uncertainty_for(plan=plan, spec=spec, dataset=dataset, rows=rows, blobs=blobs)
 
 
 __all__ = [
@@ -199,6 +233,7 @@ __all__ = [
     "TASK_CACHE",
     "candidate_rows",
     "candidates_from",
+    "checkpoint_uncertainty_for",
     "chosen_candidates",
     "guarantee_for",
     "lc_released",

@@ -15,6 +15,7 @@ from service.merging.registry import METHODS
 from service.registry.blobs import BlobStore
 from service.registry.models import Model
 from service.releases.bundles import is_bundle_release, release_bundle
+from service.releases.ensembles import release_ensemble
 
 MERGE_FOR = {"lc": "linear", "checkpoint_average": "checkpoint_average"}
 
@@ -33,7 +34,10 @@ def produce(
     max_shard_size: int | None,
     provenance: dict[str, str],
 ) -> Artifact:
-    """The release's files, merged (or drawn, or cast) and stored in ``blobs``."""
+    """The release's files, merged (or drawn, or cast) and stored in ``blobs``; an
+    ensemble's members as they are, with its manifest (``service.releases.ensembles``)."""
+    if method == "ensemble":
+        return release_ensemble(blobs=blobs, models=models, weights=weights, provenance=provenance)
     if is_bundle_release(models):
         return release_bundle(
             blobs=blobs,

@@ -99,6 +99,8 @@ def privacy_json(provenance: dict[str, str]) -> bytes:
         if key in record:
             record[key] = float(record[key])
     record["weights"] = json.loads(record["weights"])
+    if "uncertainty" in record:  # checkpoints of one run: a metric's spread over them
+        record["uncertainty"] = json.loads(record["uncertainty"])
     return json.dumps(record, indent=2, sort_keys=True).encode() + b"\n"
 
 
@@ -106,13 +108,18 @@ def model_card(provenance: dict[str, str], kind: str) -> str:
     """The release's own model card: what was merged, under which guarantee."""
     p = provenance
     weights = json.loads(p["retarget.weights"])
-    method = {"lc": "a linear combination", "rs": "random selection"}.get(
-        p["retarget.method"], p["retarget.method"]
-    )
+    method = {
+        "lc": "a linear combination",
+        "rs": "random selection",
+        "ensemble": "an ensemble of one run's checkpoints",
+    }.get(p["retarget.method"], p["retarget.method"])
     rows = "\n".join(f"| `{m}` | {w:.6g} |" for m, w in sorted(weights.items()))
     what = (
         "one model drawn at random with these probabilities (which one stays secret)"
         if p["retarget.method"] == "rs"
+        else "these checkpoints side by side under `members/`, their outputs combined at "
+        f"inference by `{p.get('retarget.combine')}` with these weights (`ensemble.json`)"
+        if p["retarget.method"] == "ensemble"
         else "the weighted sum of these models, tensor by tensor"
         + (
             " (LoRA adapters: exactly, as one adapter of the summed rank)"

@@ -47,11 +47,12 @@ from service import __version__
 from service.accounting.conversions import round_up
 from service.accounting.mechanisms import canonical_json
 from service.accounting.planning import Plan, PlanRequestSpec, default_objective, make_plan
-from service.errors import BudgetExceeded, StorageError
+from service.errors import BudgetExceeded, InvalidInput, StorageError
 from service.ledger.charges import check_cap
 from service.merging.random_selection import select
 from service.plans.planner import (
     candidate_rows,
+    checkpoint_uncertainty_for,
     chosen_candidates,
     resolve_default,
     uses_lc,
@@ -83,8 +84,9 @@ def request_hash(
 
     The objective is resolved (left out or written, the same); the metric fields
     count only for objective 'metric', the checkpoint fields only for
-    'checkpoint_average'. Near-identical targets still hash apart (they are other
-    plans), and draw with the dataset's common uniform (module doc)."""
+    'checkpoint_average' and 'ensemble' (and ``combine`` only for 'ensemble').
+    Near-identical targets still hash apart (they are other plans), and draw with the
+    dataset's common uniform (module doc)."""
     objective = default_objective(spec)
     payload: dict[str, Any] = {
         "v": 2,
@@ -104,8 +106,12 @@ def request_hash(
         )
         if spec.metric_source == "private":
             payload.update(selection_epsilon=spec.selection_epsilon)
-    if spec.method == "checkpoint_average" and objective != "validation":
+    if spec.method in ("checkpoint_average", "ensemble") and objective != "validation":
         payload.update(run_id=spec.run_id, last_k=spec.last_k, ema_decay=spec.ema_decay)
+    if spec.method == "ensemble":
+        payload.update(combine=spec.combine)
+    if spec.method in ("checkpoint_average", "ensemble") and spec.metric is not None:
+        payload.update(uncertainty_metric=spec.metric)  # the metric of its uncertainty
     return hashlib.sha256(canonical_json(payload).encode()).hexdigest()
 
 
@@ -163,6 +169,11 @@ def retarget(
     submit): a merge of models larger than ``bytes`` is not run here; the release is
     stored ``pending`` and ``submit(release_id, produce)`` runs ``produce`` later
     (``service.releases.pending``). ``compute`` runs the plan (``service.plans.tasks.Compute``)."""
+    if spec.method == "ensemble" and (dtype is not None or max_shard_size is not None):
+        raise InvalidInput(
+            "an ensemble ships its members' files as they were registered: dtype and "
+            "max_shard_size do not apply"
+        )
     dataset = repository.get_dataset(session=session, dataset_id=dataset_id)
     spec = with_dataset_metric(dataset, spec)
     with repository.dataset_lock(session, dataset_id):
@@ -188,6 +199,9 @@ def retarget(
             make_plan(candidates, spec, evaluate) if evaluate else compute("plan", candidates, spec)
         )
         plan.notes.extend(left_out)
+        plan = checkpoint_uncertainty_for(
+            plan=plan, spec=spec, dataset=dataset, rows=rows, blobs=blobs
+        )
         # a private selection: drawn once (or read back), charged with its own epsilon
         plan = draw_selection(
             session=session,
@@ -232,7 +246,10 @@ def retarget(
             )
 
         merged = [drawn] if drawn is not None else ordered
-        heavy = drawn is None or out_dtype is not None or max_shard_size is not None
+        # an ensemble merges nothing: its members' stored files are listed as they are
+        heavy = plan.method != "ensemble" and (
+            drawn is None or out_dtype is not None or max_shard_size is not None
+        )
         if defer is not None and heavy and max(models[m].size_bytes for m in merged) > defer[0]:
             # async: the budget is reserved now (a pending row the ledger counts), the
             # merge runs after the lock is released, and a failure deletes the row
@@ -333,6 +350,14 @@ def release_provenance(release_id: str, dataset_id: str, plan: Plan) -> dict[str
             else {}
         ),
         **({"retarget.assumptions": "; ".join(assumptions)} if assumptions else {}),
+        # an ensemble: how its members' outputs combine (ensemble.json says it in full)
+        **({"retarget.combine": plan.combine} if plan.combine is not None else {}),
+        # checkpoints of one run: a metric's spread over them (service.plans.uncertainty)
+        **(
+            {"retarget.uncertainty": canonical_json(plan.uncertainty)}
+            if plan.uncertainty is not None
+            else {}
+        ),
         # the guarantee rests on an approximation the trainer opted into
         **({"retarget.heuristic": "true"} if plan.heuristic else {}),
     }

@@ -3,10 +3,11 @@
 Pure: candidates come in with their mechanisms and profiles, a ``Plan`` goes out.
 One module per method behind ``make_plan``'s dispatch table: ``rs`` (Theorems 5.1/5.2),
 ``lc`` (the sound LC bound of ``lc.accountant``), ``auto`` (the better of the two),
-``checkpoints`` (averaging one run) and ``validation`` (weights scored on a public
-split, bounded by the joint release of every model scored). Every plan's achieved
-epsilon is recomputed with the full bound for the weights returned; an infeasible
-target raises ``InfeasibleTarget`` with the smallest epsilon found reachable.
+``checkpoints`` (averaging one run, or shipping its checkpoints as an ensemble) and
+``validation`` (weights scored on a public split, bounded by the joint release of every
+model scored). Every plan's achieved epsilon is recomputed with the full bound for the
+weights returned; an infeasible target raises ``InfeasibleTarget`` with the smallest
+epsilon found reachable.
 """
 
 from __future__ import annotations
@@ -33,6 +34,10 @@ from service.accounting.planning.types import (
 )
 from service.accounting.planning.validation import plan_validation
 from service.errors import InvalidInput
+
+#: the metric a checkpoint plan's uncertainty is computed from when the request names
+#: it: each checkpoint's accuracy on the dataset's public validation split
+SPLIT_METRIC = "validation_accuracy"
 
 _BY_METHOD: dict[str, Callable[[list[Candidate], PlanRequestSpec, str], Plan]] = {
     "rs": plan_rs,
@@ -74,7 +79,11 @@ def reads_models(spec: PlanRequestSpec) -> bool:
     (``metric_source: "models"``). Such an answer, dry run or not, is a function of
     every model read, so it exposes them (Theorem 6.1 bounds it by their joint
     release). A private selection (``metric_source: "private"``) reads them too, and
-    costs its own epsilon besides. The mechanism objectives read the mechanisms only."""
+    costs its own epsilon besides. The mechanism objectives read the mechanisms only.
+    A checkpoint plan (``checkpoint_average``, ``ensemble``) reads them when its
+    uncertainty is asked of the public validation split (``SPLIT_METRIC``)."""
+    if spec.method in ("checkpoint_average", "ensemble"):
+        return spec.metric == SPLIT_METRIC
     objective = default_objective(spec)
     if objective == "validation":
         return True
@@ -96,7 +105,7 @@ def make_plan(
     objective = default_objective(spec)
     if objective == "validation":
         plan = plan_validation(candidates, spec, evaluate)
-    elif spec.method == "checkpoint_average":
+    elif spec.method in ("checkpoint_average", "ensemble"):
         return _named(plan_checkpoint_average(candidates, spec), candidates)
     else:
         plan = _BY_METHOD[spec.method](candidates, spec, objective)
@@ -144,6 +153,7 @@ def released_notes(plan: Plan, candidates: list[Candidate]) -> list[str]:
 
 
 __all__ = [
+    "SPLIT_METRIC",
     "AccountantName",
     "Candidate",
     "Evaluate",

@@ -1,10 +1,13 @@
-"""Checkpoint averaging plans ("Recycling Scraps" (Shejwalkar et al., PoPETs 2025)).
+"""Checkpoint averaging and checkpoint ensembles ("Recycling Scraps: Improving Private
+Learning by Leveraging Checkpoints", Shejwalkar et al., PoPETs 2025).
 
 Checkpoints of one run with verified lineage (each a prefix of the next, checked at
 registration) are post-processing of that run up to the latest one used, so any
-average of them costs exactly the latest checkpoint's guarantee. Checkpoints whose
-lineage was not verified (registered before the check) are independent models: they
-are never averaged here.
+average of them (``checkpoint_average``: their parameters) and any release of them
+together (``ensemble``: the members shipped side by side, their outputs averaged or
+voted at inference, OPA / OMV) costs exactly the latest checkpoint's guarantee.
+Checkpoints whose lineage was not verified (registered before the check) are
+independent models: they are never combined here.
 """
 
 from __future__ import annotations
@@ -14,20 +17,25 @@ from service.errors import InvalidInput, Unsupported
 
 
 def plan_checkpoint_average(candidates: list[Candidate], spec: PlanRequestSpec) -> Plan:
-    """Average the last k checkpoints of one run ("Recycling Scraps" (Shejwalkar et al., PoPETs
-    2025)).
+    """Average the last k checkpoints of one run, or ship them as an ensemble
+    (``spec.method`` "checkpoint_average" or "ensemble"; "Recycling Scraps", Shejwalkar
+    et al., PoPETs 2025, Section 3.2: UTA/EMA of parameters, OPA and OMV of outputs).
 
-    The average is post-processing of the run up to its latest checkpoint used, so its
-    guarantee is exactly that checkpoint's profile.
+    Either is post-processing of the run up to its latest checkpoint used (a function
+    of that checkpoint's release, which includes every earlier iterate of the run's
+    accounted prefix), so its guarantee is exactly that checkpoint's profile.
     """
+    method = spec.method
+    if method not in ("checkpoint_average", "ensemble"):
+        raise InvalidInput(f"not a checkpoint method: {method!r}")
     runs = {c.run_id for c in candidates if c.run_id is not None and c.lineage_verified}
     run_id = spec.run_id
     if run_id is None:
         if len(runs) != 1:
             raise InvalidInput(
-                "checkpoint_average needs run_id (the candidates span runs)"
+                f"{method} needs run_id (the candidates span runs)"
                 if runs
-                else "checkpoint_average needs checkpoints of one run with verified lineage"
+                else f"{method} needs checkpoints of one run with verified lineage"
             )
         run_id = next(iter(runs))
     steps = sorted(
@@ -51,8 +59,26 @@ def plan_checkpoint_average(candidates: list[Candidate], spec: PlanRequestSpec) 
     eps, used = min((latest.epsilon(spec.delta, a), a) for a in accountants)  # type: ignore[arg-type]
     if eps > spec.epsilon:
         raise infeasible(spec, eps, "the latest averaged checkpoint")
+    if method == "ensemble":
+        bound = "post-processing of one run: the latest member checkpoint's profile"
+        what = (
+            f"an ensemble of the last {len(chosen)} checkpoints of run {run_id!r}, "
+            f"outputs combined by {spec.combine!r}"
+            + (f" (weights EMA, decay {spec.ema_decay})" if spec.ema_decay else " (uniform)")
+        )
+        why = (
+            "the members are checkpoints of one run with verified lineage: releasing them "
+            "together is a function of the run up to its latest member, so the certificate "
+            "is that checkpoint's (the earlier ones add nothing)"
+        )
+    else:
+        bound = "post-processing of one run: the latest averaged checkpoint's profile"
+        what = f"average of the last {len(chosen)} checkpoints of run {run_id!r}" + (
+            f" (EMA, decay {spec.ema_decay})" if spec.ema_decay else " (uniform)"
+        )
+        why = ""
     return Plan(
-        method="checkpoint_average",
+        method=method,
         accountant=used,  # type: ignore[arg-type]
         weights={c.id: w for c, w in zip(chosen, weights, strict=True)},
         epsilon=eps,
@@ -60,11 +86,8 @@ def plan_checkpoint_average(candidates: list[Candidate], spec: PlanRequestSpec) 
         objective="noise",
         objective_value=None,
         expected_utility=None,
-        bound="post-processing of one run: the latest averaged checkpoint's profile",
-        notes=[
-            f"average of the last {len(chosen)} checkpoints of run {run_id!r}"
-            + (f" (EMA, decay {spec.ema_decay})" if spec.ema_decay else " (uniform)")
-        ]
+        bound=bound,
+        notes=[what, *([why] if why else [])]
         + (
             [
                 "left out (lineage not verified, so not known to be this run's "
@@ -74,6 +97,7 @@ def plan_checkpoint_average(candidates: list[Candidate], spec: PlanRequestSpec) 
             else []
         ),
         heuristic=latest.heuristic,
+        combine=spec.combine if method == "ensemble" else None,
     )
 
 

@@ -12,7 +12,10 @@ from service.accounting.mechanisms import DPSGD, Gaussian, Mechanism
 from service.accounting.profiles.profile import PrivacyProfile
 from service.errors import InfeasibleTarget
 
-Method = Literal["rs", "lc", "auto", "checkpoint_average"]
+Method = Literal["rs", "lc", "auto", "checkpoint_average", "ensemble"]
+#: how an ensemble's members' outputs combine: the mean of their probabilities (OPA) or
+#: the majority of their labels (OMV), from "Recycling Scraps" (Shejwalkar et al.)
+Combine = Literal["mean_probabilities", "majority_vote"]
 AccountantName = Literal["rdp", "pld", "best"]
 Objective = Literal["metric", "noise", "signal", "validation"]
 MetricSource = Literal["models", "prior", "private"]
@@ -47,7 +50,7 @@ class Candidate:
 
 @dataclass
 class Plan:
-    method: Literal["rs", "lc", "checkpoint_average"]
+    method: Literal["rs", "lc", "checkpoint_average", "ensemble"]
     accountant: Literal["rdp", "pld"]
     weights: dict[str, float]
     epsilon: float
@@ -71,6 +74,11 @@ class Plan:
     #: a private selection to draw: {"metric", "eligible", "values", "scale"}; after the
     #: draw {"metric", "eligible", "chosen", "scale"} (the values never leave the service)
     selection: dict[str, Any] | None = None
+    #: an ensemble: how its members' outputs combine
+    combine: Combine | None = None
+    #: checkpoints of one run: the spread of a metric over them as a confidence width on
+    #: the released model's metric (``service.plans.uncertainty``), when they carry one
+    uncertainty: dict[str, Any] | None = None
 
 
 #: Accuracy of sum_i w_i theta_i on the dataset's public validation split, by model id.
@@ -91,6 +99,7 @@ class PlanRequestSpec:
     run_id: str | None = None  # checkpoint_average: the run
     last_k: int = 3  # checkpoint_average: how many of its latest checkpoints
     ema_decay: float | None = None  # checkpoint_average: EMA weights instead of uniform
+    combine: Combine = "mean_probabilities"  # ensemble: how the members' outputs combine
     #: private selection: the selection's own epsilon (None: SELECTION_SHARE of the target)
     selection_epsilon: float | None = None
     #: why the objective was chosen when the request left it out (notes of the plan)

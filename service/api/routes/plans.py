@@ -22,6 +22,7 @@ from service.api.schemas import (
     PlanRequest,
     PlanWeight,
     Problem,
+    UncertaintyPublic,
 )
 from service.errors import Forbidden, InvalidInput, ProfilesPending
 from service.jobs.queue import JobInfo
@@ -88,8 +89,20 @@ class RecentPlans:
 RECENT = RecentPlans()
 
 
-def to_public(plan: Plan, target_epsilon: float) -> PlanPublic:
+def to_public(plan: Plan, target_epsilon: float, *, show_all: bool = True) -> PlanPublic:
+    """The plan as a caller sees it: an uncertainty computed from metrics not declared
+    'prior' only with ``show_all`` (admin keys; a release shows it, being charged for
+    the checkpoints it reads)."""
     weights = sorted(plan.weights.items(), key=lambda kv: -kv[1])
+    uncertainty = plan.uncertainty
+    notes = list(plan.notes)
+    if uncertainty is not None and uncertainty.get("source") == "models" and not show_all:
+        uncertainty = None
+        notes = [n for n in notes if not n.startswith("uncertainty of ")]
+        notes.append(
+            "an uncertainty from metric values not declared 'prior' is shown to admin keys "
+            "and in the release"
+        )
     return PlanPublic(
         method=plan.method,
         accountant=plan.accountant,
@@ -104,10 +117,12 @@ def to_public(plan: Plan, target_epsilon: float) -> PlanPublic:
         expected_utility=plan.expected_utility,
         bound=plan.bound,
         heuristic=plan.heuristic,
-        notes=plan.notes,
+        notes=notes,
         exposed_model_ids=exposed_by(plan),
         paper_epsilon=round_up(plan.paper_epsilon) if plan.paper_epsilon is not None else None,
         selection_epsilon=plan.selection_epsilon,
+        combine=plan.combine,
+        uncertainty=UncertaintyPublic.model_validate(uncertainty) if uncertainty else None,
     )
 
 
@@ -125,6 +140,7 @@ def spec_from(body: PlanRequest) -> PlanRequestSpec:
         run_id=body.run_id,
         last_k=body.last_k,
         ema_decay=body.ema_decay,
+        combine=body.combine,
         selection_epsilon=body.selection_epsilon,
     )
 
@@ -178,7 +194,12 @@ async def create_plan(
     # a scored answer is recorded once per key: never served from another key's request
     # (a default objective may resolve to a scored one for keys that may score)
     scored = reads_models(spec) or (spec.objective is None and may_score)
-    key = body.model_dump_json() + (f"#{who.key_id}" if scored else "")
+    # admin keys see more of a plan (to_public): their answers are cached apart
+    key = (
+        body.model_dump_json()
+        + (f"#{who.key_id}" if scored else "")
+        + ("#admin" if who.can("admin") else "")
+    )
     if not scored:
         hit = RECENT.get(key)
         if hit is not None:
@@ -229,7 +250,7 @@ async def create_plan(
                 warning = cap_warning(session, ctx.profiles, dataset_id, plan)
         except ProfilesPending as exc:
             return pending_response([job_or_queued(ctx.jobs, j) for j in exc.job_ids])
-        public = to_public(plan, body.epsilon)
+        public = to_public(plan, body.epsilon, show_all=who.can("admin"))
         if warning is not None:
             public.warnings.append(warning)
         if plan.exposed is None:

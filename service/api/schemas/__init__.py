@@ -30,6 +30,8 @@ from service.api.schemas.plans import (
     PlanPublic,
     PlanRequest,
     PlanWeight,
+    UncertaintyMember,
+    UncertaintyPublic,
 )
 from service.api.schemas.registry import (
     BundleFile,
@@ -116,6 +118,8 @@ __all__ = [
     "TagsPublic",
     "TagsUpdate",
     "Text",
+    "UncertaintyMember",
+    "UncertaintyPublic",
     "UploadPublic",
     "UploadsMissingPublic",
     "UploadsMissingRequest",

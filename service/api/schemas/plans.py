@@ -14,7 +14,12 @@ class PlanRequest(In):
     dataset_id: Text = Field(min_length=1, max_length=200, description=DATASET_REF)
     epsilon: Epsilon
     delta: Delta
-    method: Literal["rs", "lc", "auto", "checkpoint_average"] = "auto"
+    method: Literal["rs", "lc", "auto", "checkpoint_average", "ensemble"] = Field(
+        default="auto",
+        description="'checkpoint_average': the parameter average of one run's last checkpoints; "
+        "'ensemble': those checkpoints shipped side by side with a manifest saying how to "
+        "combine their outputs (docs/ensembles.md); both certified as the latest checkpoint",
+    )
     accountant: Literal["rdp", "pld", "best"] = "best"
     model_ids: list[ModelRef] | None = Field(
         default=None, min_length=1, max_length=64, description=f"the candidates: {MODEL_REF}"
@@ -53,11 +58,23 @@ class PlanRequest(In):
         "split, guaranteed by the joint release of the models scored",
     )
     run_id: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = Field(
-        default=None, description="checkpoint_average: the run whose checkpoints to average"
+        default=None,
+        description="checkpoint_average, ensemble: the run whose checkpoints to combine",
     )
-    last_k: int = Field(default=3, ge=1, le=1000, description="checkpoint_average: how many")
+    last_k: int = Field(
+        default=3, ge=1, le=1000, description="checkpoint_average, ensemble: how many"
+    )
     ema_decay: float | None = Field(
-        default=None, gt=0, le=1, description="checkpoint_average: EMA weights decay^(k-j)"
+        default=None,
+        gt=0,
+        le=1,
+        description="checkpoint_average, ensemble: EMA weights decay^(k-j)",
+    )
+    combine: Literal["mean_probabilities", "majority_vote"] = Field(
+        default="mean_probabilities",
+        description="ensemble: how the members' outputs combine: the (weighted) mean of their "
+        "softmax probabilities (OPA) or the (weighted) majority of their argmax labels (OMV, "
+        "ties to the lowest class index)",
     )
 
 
@@ -67,8 +84,41 @@ class PlanWeight(BaseModel):
     weight: float
 
 
+class UncertaintyMember(BaseModel):
+    model_id: str
+    step: int | None
+    value: float
+    weight: float
+
+
+class UncertaintyPublic(BaseModel):
+    """The spread of a metric over one run's checkpoints ("Recycling Scraps",
+    Shejwalkar et al., Section 5): a lower bound on the released model's uncertainty."""
+
+    metric: str
+    source: Literal["prior", "models", "validation_split"] = Field(
+        description="'prior' when every value was declared so, 'models' when some were "
+        "declared computed from the models, 'validation_split' when the service scored "
+        "each checkpoint on the dataset's public validation split (metric "
+        "'validation_accuracy': charged as a read of the checkpoints)"
+    )
+    k: int = Field(description="how many checkpoints")
+    members: list[UncertaintyMember] = Field(description="each checkpoint's value, oldest first")
+    estimate: float = Field(description="sum_i p_i f_i, the centre of the interval")
+    sample_variance: float = Field(description="1/(k-1) sum_i (f_i - mean f)^2")
+    sum_p_squared: float = Field(description="sum_i p_i^2 (uniform weights: 1/k)")
+    variance: float = Field(description="the estimator: sum_i p_i^2 times the sample variance")
+    std_error: float
+    width_95: float = Field(description="2 x 1.96 x std_error, the normal 95% interval's width")
+    interval_95: list[float]
+    lower_bound: bool = Field(
+        description="always true: consecutive checkpoints are correlated, which shrinks "
+        "their spread, so the estimate is a lower bound on the true variance"
+    )
+
+
 class PlanPublic(BaseModel):
-    method: Literal["rs", "lc", "checkpoint_average"]
+    method: Literal["rs", "lc", "checkpoint_average", "ensemble"]
     accountant: Literal["rdp", "pld"]
     weights: list[PlanWeight]
     epsilon: float = Field(description="achieved epsilon at delta, rounded up, <= the target")
@@ -101,6 +151,15 @@ class PlanPublic(BaseModel):
         description="a private selection (metric_source 'private'): the selection's own "
         "epsilon (pure DP), included in epsilon and charged to the ledger besides the "
         "models it read",
+    )
+    combine: Literal["mean_probabilities", "majority_vote"] | None = Field(
+        default=None, description="ensemble: how the members' outputs combine"
+    )
+    uncertainty: UncertaintyPublic | None = Field(
+        default=None,
+        description="checkpoint_average, ensemble: the spread of the metric (the request's, "
+        "else the dataset's) over the checkpoints, when each declares it; values declared "
+        "'models' are shown in plans to admin keys only, and in the release",
     )
 
 
