@@ -275,6 +275,9 @@ class ApiKey(Base):
     scopes: Mapped[list[Any]] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    #: dashboard sessions of this key carry the epoch they began in; logout bumps it,
+    #: which ends every one of them server-side
+    session_epoch: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class Deployment(Base):

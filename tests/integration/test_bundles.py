@@ -357,12 +357,14 @@ def test_the_dashboard_serves_no_bundle_as_one_file_and_charges_nothing(
     rel = release(client, reg, "lc")
     signer = client.app.state.session_signer  # type: ignore[attr-defined]
     admin = client.post("/v1/keys", json={"name": "boss", "scopes": ["admin"]}).json()
-    client.cookies.set(COOKIE, signer.issue(admin["id"]), path="/admin")
-    for url in (
-        f"/admin/models/{reg['ids'][0]}/weights",
-        f"/admin/releases/{rel['release_id']}/weights",
+    cookie = signer.issue(admin["id"], 0)
+    client.cookies.set(COOKIE, cookie, path="/admin")
+    for method, url in (
+        ("POST", f"/admin/models/{reg['ids'][0]}/weights"),
+        ("GET", f"/admin/releases/{rel['release_id']}/weights"),
     ):
-        resp = client.get(url)
+        form = {"csrf": signer.session_csrf(cookie)} if method == "POST" else None
+        resp = client.request(method, url, data=form)
         assert resp.status_code == 422 and "bundle" in resp.text, (url, resp.text[:200])
     ledger = client.get(f"/v1/datasets/{reg['dataset']}/ledger").json()
     assert ledger["exposures"] == []
