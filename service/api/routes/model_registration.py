@@ -4,6 +4,7 @@ reference; nothing is stored unless all of it is valid."""
 from __future__ import annotations
 
 import logging
+from contextlib import aclosing
 from typing import IO, Annotated
 
 from fastapi import APIRouter, Request
@@ -21,6 +22,7 @@ from service.api.routes.model_uploads import UPLOAD_BODY, parse_metadata
 from service.api.routes.model_views import to_public
 from service.api.routes.plans import RECENT as RECENT_PLANS
 from service.api.schemas import ModelCreate, ModelPublic, Problem
+from service.api.spooling import staged_form
 from service.errors import InvalidInput, PayloadTooLarge, ProfileTooCostly
 from service.formats.bundles import MAX_FILES
 from service.formats.streams import iter_file
@@ -147,9 +149,15 @@ async def create_model(
     if not request.headers.get("content-type", "").startswith("multipart/form-data"):
         raise InvalidInput("send multipart/form-data with parts 'weights' and 'metadata'")
     try:
-        form = await request.form(
-            max_files=MAX_FILES + 1, max_fields=2, max_part_size=ctx.settings.max_metadata_bytes
-        )
+        async with aclosing(request.stream()) as stream:
+            form = await staged_form(
+                request.headers,
+                stream,
+                staging_dir=ctx.blobs.staging_dir,  # not the system temp folder
+                max_files=MAX_FILES + 1,
+                max_fields=2,
+                max_part_size=ctx.settings.max_metadata_bytes,
+            )
     except (MultiPartException, StarletteHTTPException) as exc:
         # Starlette re-raises multipart errors as HTTPException(400)
         message = getattr(exc, "message", None) or str(getattr(exc, "detail", exc))
