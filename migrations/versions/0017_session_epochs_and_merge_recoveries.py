@@ -1,8 +1,14 @@
-"""api_keys.session_epoch: dashboard sessions that logout ends server-side
+"""api_keys.session_epoch, releases.merge_recoveries: sessions that logout ends
+server-side, pending merges taken up again at start-up
 
 A dashboard cookie carries the epoch of its key at login; every dashboard request
 compares it with the key's row, and logout bumps the row's epoch, so a copied cookie
 stops working the moment its session logs out (and so do the key's other sessions).
+
+A release left ``pending`` by a process that died mid-merge is merged again when the
+service starts, at most a few times (``merge_recoveries`` counts them, and the
+conditional update that bumps it lets one starting process take each); past that it
+is abandoned and its reserved budget freed.
 
 Revision ID: 0017
 Revises: 0014
@@ -25,8 +31,14 @@ def upgrade() -> None:
         batch.add_column(
             sa.Column("session_epoch", sa.Integer(), nullable=False, server_default="0")
         )
+    with op.batch_alter_table("releases") as batch:
+        batch.add_column(
+            sa.Column("merge_recoveries", sa.Integer(), nullable=False, server_default="0")
+        )
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("releases") as batch:
+        batch.drop_column("merge_recoveries")
     with op.batch_alter_table("api_keys") as batch:
         batch.drop_column("session_epoch")
