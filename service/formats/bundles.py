@@ -18,6 +18,7 @@ from typing import Any
 
 from service.accounting.mechanisms import canonical_json
 from service.errors import InvalidUpload
+from service.formats.shapes import check_complete_shards
 
 KINDS = ("safetensors", "hf_bundle", "peft_lora")
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -112,6 +113,7 @@ def bundle_kind(paths: list[str]) -> str:
         return "peft_lora"
     if not any(p.endswith(".safetensors") for p in seen):
         raise InvalidUpload("the bundle holds no .safetensors file")
+    check_complete_shards(seen)
     return "hf_bundle"
 
 

@@ -25,6 +25,7 @@ from service.api.schemas import ModelCreate, ModelPublic, Problem
 from service.api.spooling import staged_form
 from service.errors import InvalidInput, PayloadTooLarge, ProfileTooCostly
 from service.formats.bundles import MAX_FILES
+from service.formats.shapes import check_complete_shards
 from service.formats.streams import iter_file
 from service.plans.planner import lc_released
 from service.profiles.cache import cost_limits
@@ -203,6 +204,7 @@ async def create_model(
             return await run_in_threadpool(_register, ctx, meta, None, files, None, exist_ok)
         if not isinstance(weights, UploadFile):
             raise InvalidInput("the 'weights' part must be a file (a safetensors checkpoint)")
+        check_complete_shards([weights.filename or ""])  # one shard is not a model
         return await run_in_threadpool(_register, ctx, meta, weights.file, None, None, exist_ok)
     finally:
         await form.close()
