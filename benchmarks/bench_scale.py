@@ -159,7 +159,7 @@ def main() -> None:
                 row, _ = create_key(session=session, name="bench", scopes=["admin"])
                 session.commit()
                 key_id = row.id
-            cookie = app.state.session_signer.issue(key_id)
+            cookie = app.state.session_signer.issue(key_id, 0)
             client.cookies.set(COOKIE, cookie, path="/admin")
             if "plans" not in args.skip:
                 plans(client, args)

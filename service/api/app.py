@@ -42,6 +42,7 @@ from service.api.routes import jobs as jobs_routes
 from service.config import Settings, get_settings
 from service.dashboard import routes as dashboard
 from service.deployments import runner
+from service.errors import NotFound
 from service.jobs.metrics import JobsCollector
 from service.jobs.queue import InProcessJobs, Jobs, RQJobs, redis_client
 from service.merging.base import configure_threads
@@ -54,6 +55,8 @@ from service.profiles.source import ProfileSource, RQProfiles
 from service.registry import repository
 from service.registry.db import make_engine, make_sessionmaker, pool_options
 from service.registry.stores import make_blob_store
+from service.releases.merge_jobs import enqueue_merge, run_merge
+from service.releases.recovery import recover_pending
 from service.tasks import RUNNERS, TASKS
 
 log = logging.getLogger(__name__)
@@ -181,11 +184,13 @@ def create_app(
 
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
-    """At start: start the plan processes (in the background) and queue the outbox
-    items left due. At the end (SIGTERM, after the requests in flight): end the plan
-    processes, within seconds."""
+    """At start: start the plan processes (in the background), queue the outbox
+    items left due and merge again the releases a dead process left pending. At the
+    end (SIGTERM, after the requests in flight): end the plan processes, within
+    seconds."""
     app.state.ctx.plan_jobs.pool.start_soon()
     await _drain_at_start(app)
+    await _recover_at_start(app)
     try:
         yield
     finally:
@@ -211,6 +216,50 @@ async def _drain_at_start(app: FastAPI) -> None:
             log.info("queued %d outbox item(s) left from before", queued)
 
     await run_in_threadpool(drain)
+
+
+async def _recover_at_start(app: FastAPI) -> None:
+    """Releases left ``pending`` by a process that died mid-merge: merged again, or
+    abandoned with their budget freed (``service.releases.recovery``)."""
+    ctx: AppContext = app.state.ctx
+    factory, blobs = ctx.session_factory, ctx.blobs
+
+    def running(release_id: str) -> bool:
+        if not isinstance(ctx.jobs, RQJobs):
+            return False  # embedded: only this process merges, and it has just started
+        try:
+            status = ctx.jobs.get(f"merge-{release_id}").status
+        except NotFound:
+            return False
+        return status in ("queued", "started", "deferred", "scheduled")
+
+    def resubmit(release_id: str) -> str | None:
+        if isinstance(ctx.jobs, RQJobs):
+            return enqueue_merge(ctx.jobs, factory, release_id).id
+        _, job = ctx.plan_jobs.run(
+            f"release\x00{release_id}",
+            lambda: run_merge(factory, blobs, release_id),
+            wait_s=0.0,
+            scope="release",
+            bounded=False,
+        )
+        return job.id if job is not None else None
+
+    def recover() -> None:
+        try:
+            done = recover_pending(factory, running=running, resubmit=resubmit)
+        except Exception as exc:  # the database or Redis may not be up yet
+            log.warning("release recovery at start-up failed: %s", type(exc).__name__)
+            return
+        app.state.recovered = done
+        if done.resubmitted or done.abandoned:
+            log.warning(
+                "pending releases left by a dead process: %d merged again, %d abandoned",
+                len(done.resubmitted),
+                len(done.abandoned),
+            )
+
+    await run_in_threadpool(recover)
 
 
 def api_routes() -> list[APIRoute]:

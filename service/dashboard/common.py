@@ -12,7 +12,14 @@ from fastapi.templating import Jinja2Templates
 from service.accounting.conversions import round_up
 from service.accounting.mechanisms import parse_mechanism
 from service.api.deps import AppContext, ContextDep
-from service.dashboard.auth import COOKIE, CSRF_COOKIE, CSRF_FIELD, SessionSigner, readable_key
+from service.dashboard.auth import (
+    COOKIE,
+    CSRF_COOKIE,
+    CSRF_FIELD,
+    SessionSigner,
+    readable_key,
+    same_origin,
+)
 from service.dashboard.svg import Chart, render
 from service.deployments.callbacks import redact_url
 from service.errors import InvalidInput, ProfileFailed, ProfilesPending, Unsupported
@@ -36,12 +43,14 @@ def signer(request: Request) -> SessionSigner:
 
 
 def viewer(request: Request, ctx: ContextDep) -> ApiKey:
-    key_id = signer(request).key_id(request.cookies.get(COOKIE))
-    if key_id is None:
+    """The key of a live session: a valid cookie whose epoch is still its key's."""
+    found = signer(request).session(request.cookies.get(COOKIE))
+    if found is None:
         raise LoginRequired
+    key_id, epoch = found
     with session_scope(ctx.session_factory) as session:
         row = readable_key(session, key_id)
-        if row is None:
+        if row is None or row.session_epoch != epoch:
             raise LoginRequired
         session.expunge(row)
         return row
@@ -68,13 +77,16 @@ def page(
     status_code: int = 200,
     **context: Any,
 ) -> HTMLResponse:
-    """A rendered page; its forms get the CSRF token (made, and set as a cookie, on the
-    first page a browser sees)."""
+    """A rendered page; its forms get the CSRF token: the session's when logged in, else
+    the login form's (made, and set as a cookie, on the first page a browser sees)."""
     sign = signer(request)
+    session_cookie = request.cookies.get(COOKIE)
     token = request.cookies.get(CSRF_COOKIE)
-    fresh = not sign.csrf_valid(token)
-    if fresh:
-        token = sign.csrf_token()
+    fresh = False
+    if viewer_key is not None and session_cookie:
+        token = sign.session_csrf(session_cookie)
+    elif not sign.csrf_valid(token):
+        token, fresh = sign.csrf_token(), True
     response = templates.TemplateResponse(
         request,
         name,
@@ -101,12 +113,25 @@ def page(
     return response
 
 
+def from_here(request: Request) -> bool:
+    """Whether a POST came from a page of this origin (``auth.same_origin``)."""
+    headers = request.headers
+    return same_origin(
+        headers.get("origin"), headers.get("sec-fetch-site"), headers.get("host", "")
+    )
+
+
 def csrf_checked(request: Request, form_token: str | None) -> bool:
-    return signer(request).csrf_ok(
-        request.cookies.get(CSRF_COOKIE),
-        form_token,
-        request.headers.get("origin"),
-        request.headers.get("host", ""),
+    """The login form's post: from here, with the double-submitted token."""
+    return from_here(request) and signer(request).csrf_ok(
+        request.cookies.get(CSRF_COOKIE), form_token
+    )
+
+
+def session_post_checked(request: Request, form_token: str | None) -> bool:
+    """A logged-in post (logout, a charged download): from here, with the session's token."""
+    return from_here(request) and signer(request).session_csrf_ok(
+        request.cookies.get(COOKIE), form_token
     )
 
 

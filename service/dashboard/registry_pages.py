@@ -6,7 +6,7 @@ import math
 from typing import Annotated
 
 import numpy as np
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import HTMLResponse, Response
 from sqlalchemy import func, select
 
@@ -22,6 +22,7 @@ from service.dashboard.common import (
     model_epsilons,
     model_profiles,
     page,
+    session_post_checked,
     svg_response,
     viewer_can,
 )
@@ -173,10 +174,20 @@ def model_rdp_svg(model_id: str, ctx: ContextDep, who: Viewer) -> Response:
     return svg_response(chart)
 
 
-@router.get("/models/{model_id}/weights")
-def model_weights(model_id: str, request: Request, ctx: ContextDep, who: Viewer) -> Response:
+@router.post("/models/{model_id}/weights")
+def model_weights(
+    model_id: str,
+    request: Request,
+    ctx: ContextDep,
+    who: Viewer,
+    csrf: Annotated[str, Form()] = "",
+) -> Response:
     """Raw weights of a registered model: as ``GET /v1/models/{id}/weights``, only for
-    keys with scope ``models:download``, and every download is charged to the ledger."""
+    keys with scope ``models:download``, and every download is charged to the ledger.
+    A charge is a side effect, so this is a POST from the model's page: same origin,
+    with the session's CSRF token (``service.dashboard.auth``)."""
+    if not session_post_checked(request, csrf):
+        raise Forbidden("the form expired or came from elsewhere; download from the model's page")
     if not viewer_can(who, DOWNLOAD_SCOPE):
         raise Forbidden(f"raw model weights need an API key with scope {DOWNLOAD_SCOPE!r}")
     with session_scope(ctx.session_factory) as session:

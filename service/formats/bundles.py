@@ -18,6 +18,7 @@ from typing import Any
 
 from service.accounting.mechanisms import canonical_json
 from service.errors import InvalidUpload
+from service.formats.shapes import check_complete_shards
 
 KINDS = ("safetensors", "hf_bundle", "peft_lora")
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -38,6 +39,9 @@ PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle", ".joblib",
 #: chat templates (``.model``: a SentencePiece protobuf, not a pickle)
 SIDECAR_SUFFIXES = (".json", ".txt", ".model", ".jinja", ".tiktoken")
 _PART = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,199}$")
+#: names Windows reserves for devices, whatever the extension or case (``CON.json``,
+#: ``nul.safetensors``): such a file cannot be created or read back there
+_RESERVED = re.compile(r"^(con|prn|aux|nul|com[0-9]|lpt[0-9])(\..*)?$", re.IGNORECASE)
 
 
 def check_path(path: str) -> str:
@@ -54,6 +58,20 @@ def check_path(path: str) -> str:
             "'.', '_', '-', folders separated by '/')",
             path=path[:200],
         )
+    for part in parts:
+        if _RESERVED.match(part):
+            raise InvalidUpload(
+                f"file path {path!r}: {part!r} is a device name on Windows (CON, PRN, AUX, "
+                "NUL, COM0-9, LPT0-9, whatever the extension): the bundle could not be "
+                "written there",
+                path=path,
+            )
+        if part.endswith("."):
+            raise InvalidUpload(
+                f"file path {path!r}: {part!r} ends with a dot, which Windows drops, so it "
+                "would name another file there",
+                path=path,
+            )
     lower = path.lower()
     if lower.endswith(PICKLE_SUFFIXES):
         raise InvalidUpload(
@@ -76,11 +94,14 @@ def bundle_kind(paths: list[str]) -> str:
     if len(paths) > MAX_FILES:
         raise InvalidUpload(f"a bundle holds at most {MAX_FILES} files, got {len(paths)}")
     seen: set[str] = set()
+    files: dict[str, str] = {}  # casefolded path -> the path as sent
+    folders: dict[str, str] = {}  # casefolded folder -> a path under it
     for path in paths:
         check_path(path)
         if path in seen:
             raise InvalidUpload(f"file {path!r} is sent twice", path=path)
         seen.add(path)
+        _refuse_case_collision(path, files, folders)
     if ADAPTER_WEIGHTS in seen or ADAPTER_CONFIG in seen:
         if not {ADAPTER_WEIGHTS, ADAPTER_CONFIG} <= seen:
             raise InvalidUpload(
@@ -92,7 +113,28 @@ def bundle_kind(paths: list[str]) -> str:
         return "peft_lora"
     if not any(p.endswith(".safetensors") for p in seen):
         raise InvalidUpload("the bundle holds no .safetensors file")
+    check_complete_shards(seen)
     return "hf_bundle"
+
+
+def _refuse_case_collision(path: str, files: dict[str, str], folders: dict[str, str]) -> None:
+    """Refuses ``path`` when it names, ignoring case, a file or folder already seen:
+    ``config.json`` and ``CONFIG.json`` are one file on macOS and Windows, and so are
+    a file ``a.json`` and a folder ``A.JSON/``. Records ``path`` and its folders."""
+    parts = path.casefold().split("/")
+    key = "/".join(parts)
+    prefixes = ["/".join(parts[:i]) for i in range(1, len(parts))]
+    clash = files.get(key) or folders.get(key)
+    clash = clash or next((files[p] for p in prefixes if p in files), None)
+    if clash is not None:
+        raise InvalidUpload(
+            f"file {path!r} and {clash!r} name the same file or folder on a "
+            "case-insensitive filesystem (macOS, Windows): rename one",
+            path=path,
+        )
+    files[key] = path
+    for prefix in prefixes:
+        folders.setdefault(prefix, path)
 
 
 def load_json(path: Path, name: str) -> Any:

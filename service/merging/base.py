@@ -21,6 +21,8 @@ class MergeInput:
 
     path: Path
     weight: float
+    #: the model's name (or id), for messages
+    label: str = ""
 
 
 class MergeMethod(ABC):

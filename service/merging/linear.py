@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import ExitStack
+from typing import Any
 
 import torch
 from safetensors import safe_open
@@ -48,10 +49,13 @@ class LinearMerge(MergeMethod):
             raise InvalidInput("nothing to merge")
         signature = read_signature(inputs[0].path)
         for item in inputs[1:]:
-            if read_signature(item.path) != signature:
+            other = read_signature(item.path)
+            if other != signature:
+                a, b = inputs[0].label or "the first model", item.label or "another model"
                 raise InvalidInput(
-                    "tensor names, shapes or dtypes differ between the models: "
-                    "a linear combination needs equal signatures"
+                    f"tensor names, shapes or dtypes differ between {a} and {b} "
+                    f"({_first_difference(signature, other, a, b)}): a linear combination "
+                    "needs equal signatures"
                 )
         if self.out_dtype is not None:
             signature = {
@@ -103,3 +107,16 @@ def shared_metadata(inputs: list[MergeInput]) -> dict[str, str]:
             meta = dict(fh.metadata() or {})
         common = meta if common is None else {k: v for k, v in common.items() if meta.get(k) == v}
     return common or {}
+
+
+def _first_difference(left: dict[str, Any], right: dict[str, Any], a: str, b: str) -> str:
+    for name in sorted(set(left) | set(right)):
+        if name not in right or name not in left:
+            return f"tensor {name!r} is in {a if name in left else b} only"
+        if left[name] != right[name]:
+            x, y = left[name], right[name]
+            return (
+                f"tensor {name!r} is {x['shape']} {x['dtype']} in {a}, "
+                f"{y['shape']} {y['dtype']} in {b}"
+            )
+    return "their signatures differ"

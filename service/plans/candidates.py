@@ -141,6 +141,7 @@ def _load(
                 step=row.lineage_step,
                 lineage_verified=bool(row.lineage_verified),
                 signature_hash=row.signature_hash,
+                signature=row.signature,
                 released_profile=before if isinstance(before, PrivacyProfile) else None,
                 name=row.name,
                 metric_sources=metric_sources(row),

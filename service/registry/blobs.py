@@ -31,6 +31,10 @@ class StagedBlob:
 
 
 class BlobStore(Protocol):
+    #: a local folder for bytes on their way in (uploads spooled, staged, hashed): on
+    #: the blobs' own file system for a local store, the cache folder for a bucket
+    staging_dir: Path
+
     def stage(
         self, chunks: Iterable[bytes | memoryview], *, max_bytes: int | None = None
     ) -> StagedBlob: ...
@@ -90,6 +94,7 @@ class LocalBlobStore:
         self.root = Path(root)
         self.tmp = self.root / ".tmp"
         self.tmp.mkdir(parents=True, exist_ok=True)
+        self.staging_dir = self.tmp
         self.sweep()
 
     def sweep(self) -> list[Path]:

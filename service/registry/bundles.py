@@ -33,6 +33,7 @@ from service.formats.bundles import (
     lora_config,
 )
 from service.formats.checkpoints import read_signature
+from service.formats.shapes import CONFIG, check_config_shapes
 from service.formats.streams import iter_file
 from service.registry import repository
 from service.registry.blobs import BlobStore, StagedBlob
@@ -218,6 +219,8 @@ def bundle_signature(kind: str, staged: dict[str, StagedBlob]) -> dict[str, Any]
         check_lora_tensors(signature, int(config["r"]))
         del holder  # one weights file: nothing to index
         return dict(sorted(signature.items()))
+    if CONFIG in staged:  # shapes the configuration determines, as a loader checks them
+        check_config_shapes(load_json(staged[CONFIG].path, CONFIG), signature, holder)
     indexes = [p for p in staged if p.endswith(INDEX_SUFFIX)]
     if len(indexes) > 1:
         raise InvalidUpload(f"a bundle holds one safetensors index, got {sorted(indexes)}")

@@ -219,6 +219,9 @@ class Release(Base):
     files: Mapped[list[Any] | None] = mapped_column(JSON)
     #: done | pending (an async merge: the ledger counts it, its files are not there yet)
     status: Mapped[str] = mapped_column(String(16), default="done", server_default="done")
+    #: how many times a start of the service took up this pending merge again after the
+    #: process running it died (``service.releases.recovery``)
+    merge_recoveries: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     deployment: Mapped[str | None] = mapped_column(String(200))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
@@ -275,6 +278,9 @@ class ApiKey(Base):
     scopes: Mapped[list[Any]] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    #: dashboard sessions of this key carry the epoch they began in; logout bumps it,
+    #: which ends every one of them server-side
+    session_epoch: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class Deployment(Base):

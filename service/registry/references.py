@@ -43,7 +43,18 @@ class Reference:
             raise
 
 
+def _has_control(text: str) -> bool:
+    """Whether ``text`` holds a control character (C0, DEL or C1): a NUL makes the OS
+    refuse the path, and none belongs in a file or object name the service reads."""
+    return any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in text)
+
+
 def open_reference(uri: str, settings: Settings, blobs: BlobStore) -> Reference:
+    if _has_control(uri) or _has_control(unquote(uri)):
+        raise InvalidInput(
+            f"weights_uri {uri!r} holds a control character (NUL, newline, ...), "
+            "plain or percent-encoded"
+        )
     parsed = urlparse(uri)
     if parsed.scheme == "file":
         return _open_file(uri, parsed.netloc, unquote(parsed.path), settings)

@@ -71,6 +71,7 @@ class S3BlobStore:
         self.prefix = prefix.strip("/")
         self.client = client if client is not None else s3_client()
         self.cache = LocalBlobStore(cache_dir)
+        self.staging_dir = self.cache.staging_dir
         self.cache_max_bytes = cache_max_bytes
         self.presign_expiry_s = presign_expiry_s
         self.conditional_writes = True  # False once the server refuses If-None-Match

@@ -74,7 +74,7 @@ def merge(
         path = blobs.local_path(models[mid].sha256)
         if not path.is_file():
             raise StorageError(f"the weights of model {mid!r} are missing from the store")
-        inputs.append(MergeInput(path, weights[mid]))
+        inputs.append(MergeInput(path, weights[mid], models[mid].name or mid))
     staged = blobs.stage(method.chunks(inputs, provenance))
     blobs.promote(staged)
     return staged.sha256, staged.size

@@ -8,6 +8,7 @@ import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx2
 import pytest
@@ -274,3 +275,79 @@ def test_explorer_shows_why_plans_past_their_budget_failed(
     shoot(page, "10-explorer-over-budget")
     assert errors == [], errors
     context.close()
+
+
+def attack_site(html: str) -> tuple[str, Any]:
+    """A page served on another port of the same host (same site, another origin)."""
+    import http.server
+    import threading
+
+    class Page(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = html.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{server.server_address[1]}/", server
+
+
+def test_a_charged_download_needs_the_page_and_no_other_port_can_trigger_it(
+    server: tuple[str, Path], browser: Browser
+) -> None:
+    """Issue #30.8 in a real browser: a logged-in admin downloads a model's weights from
+    its page (a form POST with the session's token; charged once), while a page on
+    another port of the same host, whose requests carry the SameSite=Strict cookie,
+    gets nothing charged: not with an image (a GET), not with a form it posts."""
+    base, data_dir = server
+    admin_key = (data_dir / "admin-key").read_text().strip()
+    made = populate(base, admin_key, release=False)
+    model = made["model"]
+    api = httpx2.Client(base_url=base, timeout=60, headers={"Authorization": f"Bearer {admin_key}"})
+
+    def charged() -> int:
+        ledger = api.get(f"/v1/datasets/{made['dataset']}/ledger").json()
+        return len(ledger["exposures"])
+
+    context = browser.new_context(accept_downloads=True)
+    page = context.new_page()
+    page.goto(f"{base}/admin/login")
+    page.fill("#key", admin_key)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{base}/admin")
+    page.goto(f"{base}/admin/models/{model}")
+    assert page.locator("a[href$='/weights']").count() == 0  # no link: a form
+    with page.expect_download() as download:
+        page.click("text=download weights")
+    assert Path(download.value.path()).read_bytes() == checkpoint_bytes(seed=0)
+    assert charged() == 1
+
+    target = f"{base}/admin/models/{model}/weights"
+    url, site = attack_site(
+        f'<img src="{target}"><form method="post" action="{target}">'
+        '<input type="hidden" name="csrf" value="guessed"></form>'
+        "<script>setTimeout(() => document.forms[0].submit(), 300)</script>"
+    )
+    try:
+        statuses: list[int] = []
+        page.on("response", lambda r: statuses.append(r.status) if r.url == target else None)
+        page.goto(url)
+        page.wait_for_url(target)
+        page.wait_for_load_state("load")
+        assert statuses and all(s in (403, 405) for s in statuses), statuses
+        assert 403 in statuses  # the form's post, refused
+    finally:
+        site.shutdown()
+    assert charged() == 1
+    # still logged in: the attack ended nothing
+    page.goto(f"{base}/admin/models/{model}")
+    assert page.url.endswith(f"/admin/models/{model}")
+    context.close()
+    api.close()

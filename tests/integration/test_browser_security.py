@@ -129,6 +129,43 @@ def test_logout_needs_the_csrf_token(web: tuple[TestClient, str]) -> None:
     assert out.status_code == 303
 
 
+def test_logout_ends_the_session_server_side(db_url: str, tmp_path: Path) -> None:
+    """A cookie copied before logout (another browser, a stolen header) stops working
+    the moment its session logs out, though its signature and expiry are still good."""
+    with app_on(db_url, tmp_path) as client, app_on(db_url, tmp_path) as thief:
+        key = authorize(client, client.app.state.ctx.session_factory)
+        assert login(client, key).status_code == 303
+        copied = client.cookies["retarget_session"]
+        thief.cookies.set("retarget_session", copied, path="/admin")
+        assert thief.get("/admin", follow_redirects=False).status_code == 200
+        token = re.search(r'name="csrf" value="([^"]+)"', client.get("/admin").text)
+        assert token is not None
+        out = client.post("/admin/logout", data={"csrf": token.group(1)}, follow_redirects=False)
+        assert out.status_code == 303
+        assert thief.get("/admin", follow_redirects=False).status_code == 303
+        assert thief.get("/admin/deployments", follow_redirects=False).status_code == 303
+        # the copy cannot log itself out again to revive anything, nor open a page later
+        client.cookies.set("retarget_session", copied, path="/admin")
+        assert client.get("/admin", follow_redirects=False).status_code == 303
+        # a new login starts a new session that works
+        client.cookies.clear()
+        assert login(client, key).status_code == 303
+        assert client.get("/admin", follow_redirects=False).status_code == 200
+
+
+def test_a_logout_from_another_origin_is_refused(web: tuple[TestClient, str]) -> None:
+    client, key = web
+    assert login(client, key).status_code == 303
+    token = re.search(r'name="csrf" value="([^"]+)"', client.get("/admin").text)
+    assert token is not None
+    for headers in ({"Sec-Fetch-Site": "same-site"}, {"Origin": "http://testserver:8081"}):
+        out = client.post(
+            "/admin/logout", data={"csrf": token.group(1)}, headers=headers, follow_redirects=False
+        )
+        assert out.status_code == 403
+    assert client.get("/admin", follow_redirects=False).status_code == 200
+
+
 def test_cookies_are_secure_behind_a_trusted_tls_proxy_only(db_url: str, tmp_path: Path) -> None:
     proxied = {"X-Forwarded-Proto": "https"}
     with app_on(db_url, tmp_path) as c:

@@ -103,9 +103,31 @@ def test_a_sharded_bundle_is_registered_with_its_files_and_one_signature(
     assert resp.status_code == 422 and "bundle" in resp.json()["detail"]
 
 
+def reshape_q_proj(folder: Path) -> None:
+    """A shard whose tensor was reshaped against config.json (the same bytes, the index
+    still right): safetensors loads it, transformers refuses it."""
+    from safetensors.torch import save_file
+
+    name = "model.layers.0.self_attn.q_proj.weight"
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    shard = folder / index["weight_map"][name]
+    tensors = load_file(shard)
+    tensors[name] = tensors[name].reshape(8, -1).contiguous()
+    save_file(tensors, shard, metadata={"format": "pt"})
+
+
+def keep_one_shard(folder: Path) -> None:
+    """One shard of a sharded checkpoint registered as a whole model."""
+    (folder / "model.safetensors.index.json").unlink()
+    for shard in sorted(folder.glob("model-*-of-*.safetensors"))[1:]:
+        shard.unlink()
+
+
 @pytest.mark.parametrize(
     ("change", "expected"),
     [
+        (reshape_q_proj, "config.json makes it [16, 16]"),
+        (keep_one_shard, "partial checkpoint"),
         (lambda f: (f / "pytorch_model.bin").write_bytes(b"\x80\x02"), "pickle"),
         (lambda f: (f / "model.safetensors.index.json").unlink(), "index"),
         (lambda f: (f / "notes.exe").write_bytes(b"MZ"), "not a file a bundle holds"),
@@ -357,12 +379,14 @@ def test_the_dashboard_serves_no_bundle_as_one_file_and_charges_nothing(
     rel = release(client, reg, "lc")
     signer = client.app.state.session_signer  # type: ignore[attr-defined]
     admin = client.post("/v1/keys", json={"name": "boss", "scopes": ["admin"]}).json()
-    client.cookies.set(COOKIE, signer.issue(admin["id"]), path="/admin")
-    for url in (
-        f"/admin/models/{reg['ids'][0]}/weights",
-        f"/admin/releases/{rel['release_id']}/weights",
+    cookie = signer.issue(admin["id"], 0)
+    client.cookies.set(COOKIE, cookie, path="/admin")
+    for method, url in (
+        ("POST", f"/admin/models/{reg['ids'][0]}/weights"),
+        ("GET", f"/admin/releases/{rel['release_id']}/weights"),
     ):
-        resp = client.get(url)
+        form = {"csrf": signer.session_csrf(cookie)} if method == "POST" else None
+        resp = client.request(method, url, data=form)
         assert resp.status_code == 422 and "bundle" in resp.text, (url, resp.text[:200])
     ledger = client.get(f"/v1/datasets/{reg['dataset']}/ledger").json()
     assert ledger["exposures"] == []
@@ -401,3 +425,41 @@ def test_bytes_a_bundle_holds_count_as_referenced(
         for f in released_files:
             assert _blob_referenced(session, f["sha256"])
         assert not _blob_referenced(session, "0" * 64)
+
+
+def test_one_shard_sent_as_the_weights_part_is_refused(
+    client: TestClient, folders: dict[str, Path]
+) -> None:
+    ds = client.post("/v1/datasets", json={"name": "bad"}).json()["id"]
+    shard = sorted(folders["llama0"].glob("model-*-of-*.safetensors"))[0]
+    resp = client.post(
+        "/v1/models",
+        files={"weights": (shard.name, shard.read_bytes(), "application/octet-stream")},
+        data={"metadata": json.dumps(meta(ds, "one-shard", 1.0))},
+    )
+    assert resp.status_code == 422, resp.text
+    assert "partial checkpoint" in resp.json()["detail"] and shard.name in resp.text
+    assert client.get("/v1/models", params={"dataset_id": ds}).json()["count"] == 0
+
+
+def test_lc_of_models_whose_tensors_differ_names_both_and_the_first_tensor(
+    client: TestClient,
+) -> None:
+    from tests.helpers import checkpoint_bytes, upload
+
+    ds = client.post("/v1/datasets", json={"name": "mixed"}).json()["id"]
+    shapes = [
+        {"linear.weight": (10, 64), "linear.bias": (10,)},
+        {"linear.weight": (10, 32), "linear.bias": (10,)},
+    ]
+    ids = []
+    for i, shape in enumerate(shapes):
+        resp = upload(client, checkpoint_bytes(i, shape), json.dumps(meta(ds, f"net{i}", 1.0)))
+        assert resp.status_code == 201, resp.text
+        ids.append(resp.json()["id"])
+    body = {"dataset_id": ds, "model_ids": ids, "epsilon": 3.0, "delta": 1e-5, "method": "lc"}
+    resp = client.post("/v1/retarget", json=body)
+    assert resp.status_code == 422, resp.text
+    detail = resp.json()["detail"]
+    assert "net0" in detail and "net1" in detail, detail
+    assert "'linear.weight'" in detail and "[10, 64] F32" in detail and "[10, 32] F32" in detail

@@ -204,7 +204,7 @@ def test_the_dashboard_shows_a_retired_model_and_why(client: TestClient) -> None
     client.post(f"/v1/models/{model}/retire", json={"reason": "trained on a leaked shard"})
     key = client.post("/v1/keys", json={"name": "viewer", "scopes": ["read"]}).json()
     signer = client.app.state.session_signer  # type: ignore[attr-defined]
-    client.cookies.set(COOKIE, signer.issue(key["id"]), path="/admin")
+    client.cookies.set(COOKIE, signer.issue(key["id"], 0), path="/admin")
     page = client.get(f"/admin/models/{model}")
     assert page.status_code == 200
     assert "retired" in page.text and "trained on a leaked shard" in page.text

@@ -6,6 +6,7 @@ refused or charged to the ledger (Postgres and SQLite)."""
 from __future__ import annotations
 
 import json
+import re
 import threading
 
 import pytest
@@ -167,22 +168,68 @@ def test_the_dashboard_link_and_download_need_the_download_scope(
     signer = client.app.state.session_signer  # type: ignore[attr-defined]
     reader = client.post("/v1/keys", json={"name": "viewer", "scopes": ["read"]}).json()
     admin = client.post("/v1/keys", json={"name": "boss", "scopes": ["admin"]}).json()
-    client.cookies.set(COOKIE, signer.issue(reader["id"]), path="/admin")
+    cookie = signer.issue(reader["id"], 0)
+    client.cookies.set(COOKIE, cookie, path="/admin")
     page = client.get(f"/admin/models/{model}")
     assert page.status_code == 200
     assert f"/admin/models/{model}/weights" not in page.text
     assert "models:download" in page.text
-    assert client.get(f"/admin/models/{model}/weights").status_code == 403
+    token = signer.session_csrf(cookie)
+    refused = client.post(f"/admin/models/{model}/weights", data={"csrf": token})
+    assert refused.status_code == 403
     assert exposures(backend) == []
-    client.cookies.set(COOKIE, signer.issue(admin["id"]), path="/admin")
+    cookie = signer.issue(admin["id"], 0)
+    client.cookies.set(COOKIE, cookie, path="/admin")
     page = client.get(f"/admin/models/{model}")
-    assert f"/admin/models/{model}/weights" in page.text
-    download = client.get(f"/admin/models/{model}/weights")
+    assert f'action="/admin/models/{model}/weights"' in page.text
+    token = re.search(r'name="csrf" value="([^"]+)"', page.text)
+    assert token is not None and token.group(1) == signer.session_csrf(cookie)
+    download = client.post(
+        f"/admin/models/{model}/weights",
+        data={"csrf": token.group(1)},
+        headers={"Origin": str(client.base_url), "Sec-Fetch-Site": "same-origin"},
+    )
     assert download.status_code == 200 and download.content == weights(0)
     [row] = exposures(backend)
     assert row.kind == "download" and row.model_ids == [model] and row.key_name == "boss"
     ledger_page = client.get(f"/admin/datasets/{registry['dataset']}/releases")
     assert "raw download" in ledger_page.text and "key boss" in ledger_page.text
+
+
+def test_a_charged_download_is_never_a_get_nor_a_post_from_elsewhere(
+    client: TestClient, backend: Backend, registry: dict
+) -> None:
+    """A page on another port of the same host (same site, so SameSite=Strict cookies
+    ride along) cannot make a logged-in browser spend budget: not by a GET (an image,
+    a link), not by a form post without the session's token, not with it from
+    another origin."""
+    model = registry["ids"][0]
+    signer = client.app.state.session_signer  # type: ignore[attr-defined]
+    admin = client.post("/v1/keys", json={"name": "boss", "scopes": ["admin"]}).json()
+    cookie = signer.issue(admin["id"], 0)
+    client.cookies.set(COOKIE, cookie, path="/admin")
+    url = f"/admin/models/{model}/weights"
+    assert client.get(url).status_code == 405
+    host = client.base_url.host
+    token = signer.session_csrf(cookie)
+    other = signer.session_csrf(signer.issue(admin["id"], 0, now=1.0))  # another session's
+    attempts = [
+        ({}, {}),
+        ({"csrf": "s." + "0" * 64}, {}),
+        ({"csrf": other}, {}),
+        ({"csrf": token}, {"Origin": f"http://{host}:8081", "Sec-Fetch-Site": "same-site"}),
+        ({"csrf": token}, {"Sec-Fetch-Site": "same-site"}),
+        ({"csrf": token}, {"Sec-Fetch-Site": "cross-site"}),
+        ({"csrf": token}, {"Origin": f"http://{host}:8081"}),
+        ({"csrf": token}, {"Origin": "null"}),
+    ]
+    for data, headers in attempts:
+        resp = client.post(url, data=data, headers=headers)
+        assert resp.status_code == 403, (data, headers, resp.status_code)
+    assert exposures(backend) == []
+    ok = client.post(url, data={"csrf": token}, headers={"Sec-Fetch-Site": "same-origin"})
+    assert ok.status_code == 200
+    assert len(exposures(backend)) == 1
 
 
 # ---- plans scored by the models ---------------------------------------------------------

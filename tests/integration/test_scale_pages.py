@@ -38,7 +38,7 @@ def filled(client: TestClient) -> tuple[str, list[str]]:
         ids.append(resp.json()["id"])
     key = client.post("/v1/keys", json={"name": "viewer", "scopes": ["read"]}).json()
     signer = client.app.state.session_signer  # type: ignore[attr-defined]
-    client.cookies.set(COOKIE, signer.issue(key["id"]), path="/admin")
+    client.cookies.set(COOKIE, signer.issue(key["id"], 0), path="/admin")
     return ds, ids
 
 

@@ -12,7 +12,13 @@ independent models: they are never combined here.
 
 from __future__ import annotations
 
-from service.accounting.planning.types import Candidate, Plan, PlanRequestSpec, infeasible
+from service.accounting.planning.types import (
+    Candidate,
+    Plan,
+    PlanRequestSpec,
+    first_difference,
+    infeasible,
+)
 from service.errors import InvalidInput, Unsupported
 
 
@@ -52,7 +58,11 @@ def plan_checkpoint_average(candidates: list[Candidate], spec: PlanRequestSpec) 
         raise InvalidInput(f"last_k must be >= 1, got {spec.last_k}")
     chosen = steps[-spec.last_k :]
     if len({c.signature_hash for c in chosen}) > 1:
-        raise Unsupported("the checkpoints' tensor names, shapes or dtypes differ")
+        odd = next(c for c in chosen if c.signature_hash != chosen[0].signature_hash)
+        raise Unsupported(
+            f"the checkpoints' tensor names, shapes or dtypes differ: {chosen[0].label} and "
+            f"{odd.label} ({first_difference(chosen[0], odd)})"
+        )
     weights = average_weights(len(chosen), spec.ema_decay)
     latest = chosen[-1].profile
     accountants = spec.accountants()

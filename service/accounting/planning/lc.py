@@ -32,6 +32,7 @@ from service.accounting.planning.types import (
     Candidate,
     Plan,
     PlanRequestSpec,
+    first_difference,
     infeasible,
     noise_variance,
 )
@@ -81,7 +82,13 @@ def lc_candidates(
     if pool:
         common, _ = Counter(c.signature_hash for c in pool).most_common(1)[0]
         bad = [c for c in pool if c.signature_hash != common]
-        refuse_or_drop(bad, "tensor names, shapes or dtypes differ from the others")
+        if bad:
+            first = next(c for c in pool if c.signature_hash == common)
+            refuse_or_drop(
+                bad,
+                f"tensor names, shapes or dtypes differ: {bad[0].label} and {first.label} "
+                f"({first_difference(bad[0], first)})",
+            )
         pool = [c for c in pool if c not in bad]
     if not pool:
         raise Unsupported("no candidate model can be linearly combined")

@@ -42,10 +42,31 @@ class Candidate:
     metric_sources: dict[str, str] = field(default_factory=dict)
     #: per private metric, its declared sensitivity
     metric_sensitivities: dict[str, float] = field(default_factory=dict)
+    #: the tensors' names, dtypes and shapes (``{name: {dtype, shape}}``), to name the
+    #: first that differs when LC refuses models whose signatures differ
+    signature: dict[str, Any] | None = None
 
     @property
     def label(self) -> str:
         return self.name or self.id
+
+
+def first_difference(a: Candidate, b: Candidate) -> str:
+    """The first tensor (in name order) whose presence, shape or dtype differs between
+    the two models, described with both sides."""
+    left, right = a.signature or {}, b.signature or {}
+    for name in sorted(set(left) | set(right)):
+        if name not in right:
+            return f"tensor {name!r} is in {a.label} only"
+        if name not in left:
+            return f"tensor {name!r} is in {b.label} only"
+        x, y = left[name], right[name]
+        if x.get("shape") != y.get("shape") or x.get("dtype") != y.get("dtype"):
+            return (
+                f"tensor {name!r} is {x.get('shape')} {x.get('dtype')} in {a.label}, "
+                f"{y.get('shape')} {y.get('dtype')} in {b.label}"
+            )
+    return "their signatures differ"
 
 
 @dataclass

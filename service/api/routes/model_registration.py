@@ -4,6 +4,7 @@ reference; nothing is stored unless all of it is valid."""
 from __future__ import annotations
 
 import logging
+from contextlib import aclosing
 from typing import IO, Annotated
 
 from fastapi import APIRouter, Request
@@ -21,8 +22,10 @@ from service.api.routes.model_uploads import UPLOAD_BODY, parse_metadata
 from service.api.routes.model_views import to_public
 from service.api.routes.plans import RECENT as RECENT_PLANS
 from service.api.schemas import ModelCreate, ModelPublic, Problem
+from service.api.spooling import staged_form
 from service.errors import InvalidInput, PayloadTooLarge, ProfileTooCostly
 from service.formats.bundles import MAX_FILES
+from service.formats.shapes import check_complete_shards
 from service.formats.streams import iter_file
 from service.plans.planner import lc_released
 from service.profiles.cache import cost_limits
@@ -147,9 +150,15 @@ async def create_model(
     if not request.headers.get("content-type", "").startswith("multipart/form-data"):
         raise InvalidInput("send multipart/form-data with parts 'weights' and 'metadata'")
     try:
-        form = await request.form(
-            max_files=MAX_FILES + 1, max_fields=2, max_part_size=ctx.settings.max_metadata_bytes
-        )
+        async with aclosing(request.stream()) as stream:
+            form = await staged_form(
+                request.headers,
+                stream,
+                staging_dir=ctx.blobs.staging_dir,  # not the system temp folder
+                max_files=MAX_FILES + 1,
+                max_fields=2,
+                max_part_size=ctx.settings.max_metadata_bytes,
+            )
     except (MultiPartException, StarletteHTTPException) as exc:
         # Starlette re-raises multipart errors as HTTPException(400)
         message = getattr(exc, "message", None) or str(getattr(exc, "detail", exc))
@@ -195,6 +204,7 @@ async def create_model(
             return await run_in_threadpool(_register, ctx, meta, None, files, None, exist_ok)
         if not isinstance(weights, UploadFile):
             raise InvalidInput("the 'weights' part must be a file (a safetensors checkpoint)")
+        check_complete_shards([weights.filename or ""])  # one shard is not a model
         return await run_in_threadpool(_register, ctx, meta, weights.file, None, None, exist_ok)
     finally:
         await form.close()
