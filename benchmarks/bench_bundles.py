@@ -3,7 +3,8 @@
     .venv/bin/python -m benchmarks.bench_bundles [--gib 1.0] [--inputs 4] [--shards 8]
         [--runs 3] [--threads 0] [--dir /tmp/retarget-bench-bundles] [--quick]
 
-Generates N Llama-shaped bundles of about --gib GiB each (bf16; embeddings, --shards
+Generates N Llama-shaped bundles of about --gib GiB each, at least one 7B-wide layer per
+shard (bf16; embeddings, --shards
 shards of decoder layers with q/k/v/o and gate/up/down projections and norms, an
 index and a config), warms the page cache, then in each run times, in the same
 process and on the same bytes:
