@@ -1,13 +1,12 @@
 """LC of sharded bf16 bundles: throughput against a memory copy and a numpy merge, peak memory.
 
     .venv/bin/python -m benchmarks.bench_bundles [--gib 1.0] [--inputs 4] [--shards 8]
-        [--runs 3] [--threads 0] [--dir /tmp/retarget-bench-bundles] [--quick]
+        [--runs 3] [--threads 0] [--scale 1] [--dir /tmp/retarget-bench-bundles] [--quick]
 
-Generates N Llama-shaped bundles of about --gib GiB each, at least one 7B-wide layer per
-shard (bf16; embeddings, --shards
-shards of decoder layers with q/k/v/o and gate/up/down projections and norms, an
-index and a config), warms the page cache, then in each run times, in the same
-process and on the same bytes:
+Generates N Llama-shaped bundles of about --gib GiB each, at least one layer per shard
+(bf16, Llama-2-7B widths divided by --scale; embeddings, --shards shards of decoder
+layers with q/k/v/o and gate/up/down projections and norms, an index and a config),
+warms the page cache, then in each run times, in the same process and on the same bytes:
 
   * a plain memory copy of every input tensor from the memory-mapped shards into a
     reused buffer (the baseline: the least work that touches every input byte),
@@ -196,9 +195,10 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--dir", type=Path, default=Path("/tmp/retarget-bench-bundles"))
+    parser.add_argument("--scale", type=int, default=1, help="divides every width")
     parser.add_argument("--quick", action="store_true", help="small, one run, checked")
     args = parser.parse_args()
-    scale = 16 if args.quick else 1
+    scale = 16 if args.quick else args.scale
     if args.quick:
         args.gib, args.runs = 0.004, 1
     threads = pipeline.configure_merge_threads(args.threads)
@@ -217,7 +217,8 @@ def main() -> None:
     gbs = total / 1e9
     print(
         f"{args.inputs} Llama-shaped bf16 bundles x {total / args.inputs / 1024**3:.2f} GiB in "
-        f"{args.shards} shards; {threads} merge threads; {args.runs} runs, median (min-max)"
+        f"{args.shards} shards (widths / {scale}); {threads} merge threads; {args.runs} runs, "
+        "median (min-max)"
     )
     print(f"plain memory copy: {spread([gbs / t for t in copies])} GB/s of input")
     print(f"numpy merge, to files: {spread([gbs / t for t in numpys])} GB/s")
