@@ -11,7 +11,8 @@ reads it, so reading, arithmetic and writing proceed at once.
 Memory is bounded by a window: at most ``window`` output slabs exist at a time (a
 slab is computed only into a free output buffer, and a buffer is freed once the
 caller has consumed its bytes), plus two float32 slabs per thread. With the default
-slab of 4 Mi elements that is at most 16 MiB per window slot and 32 MiB per thread.
+slab of 4 Mi elements that is 8 MiB per window slot for bf16 output (16 MiB for
+float32) and 32 MiB per thread.
 
 The bytes are those of the sequential merge: each element is computed by the same
 kernels in the same order (``mul`` by the first weight, then ``add_`` with each
@@ -137,7 +138,8 @@ def pipelined_chunks(
     if threads < 1 or window < 1:
         raise ValueError(f"threads and window must be >= 1, got {threads} and {window}")
     biggest = max((math.prod(out_sig[n]["shape"]) for n in names), default=0)
-    per_slab = min(slab, max(biggest, 1)) * 8  # bytes of the widest output dtype (F64)
+    widest = max((DTYPES[out_sig[n]["dtype"]][1] for n in names), default=1)
+    per_slab = min(slab, max(biggest, 1)) * widest
     free = [torch.empty(per_slab, dtype=torch.uint8) for _ in range(window)]
     pending: deque[tuple[Future[torch.Tensor], torch.Tensor]] = deque()
     scratch = _Scratch()
