@@ -164,7 +164,9 @@ def main() -> None:
             if args.quick:
                 checks(url, auth, blob, sha)
             results["uvicorn (retarget serve)"] = measure(url, auth, blob, sha, args.runs)
-        if args.granian:
+        if args.granian and not (Path(sys.executable).parent / "granian").exists():
+            print("granian is not installed in this environment (pip install granian): skipped")
+        elif args.granian:
             with granian(root / "data") as base:
                 url = f"{base}/v1/models/{model['id']}/weights"
                 if args.quick:
