@@ -65,10 +65,14 @@ def timed(fn: Callable[[], Any]) -> float:
     return time.perf_counter() - start
 
 
-def api_runs(base: str, auth: dict[str, str], files: list[Path]) -> dict[str, list[float]]:
+def api_runs(
+    base: str, auth: dict[str, str], files: list[Path], redirect: bool = False
+) -> dict[str, list[float]]:
+    """``redirect``: downloads ask for a redirect and follow it, as the SDK and CLI do."""
     out: dict[str, list[float]] = {"upload": [], "download": []}
     with httpx2.Client(base_url=base, headers=auth, timeout=900) as http:
-        ds = http.post("/v1/datasets", json={"name": "bench"}).json()["id"]
+        name = "bench-redirect" if redirect else "bench"
+        ds = http.post("/v1/datasets", json={"name": name}).json()["id"]
         mech = sgd(1.0)
         warm = {"dataset_id": ds, "name": "warm", "mechanism": mech}
         tiny = checkpoint(files[0].parent / "tiny.safetensors", 1, 99)
@@ -91,7 +95,9 @@ def api_runs(base: str, auth: dict[str, str], files: list[Path]) -> dict[str, li
             out["upload"].append(timed(up))
 
             def down(answer: dict = answer) -> None:
-                with http.stream("GET", f"/v1/models/{answer['id']}/weights") as resp:
+                url = f"/v1/models/{answer['id']}/weights"
+                prefer = {"Prefer": "redirect"} if redirect else {}
+                with http.stream("GET", url, headers=prefer, follow_redirects=redirect) as resp:
                     assert resp.status_code == 200, resp.read()
                     for _ in resp.iter_bytes(4 * 1024 * 1024):
                         pass
@@ -143,6 +149,9 @@ def main() -> None:
                 auth,
             ):
                 results["API, S3 store"] = api_runs(base, auth, files)
+                results["API, S3 store, redirected (SDK, CLI)"] = api_runs(
+                    base, auth, files, redirect=True
+                )
         finally:
             stop_s3_server(server)
     direct = {k: summary(args.mb, v)["median"] for k, v in results["direct boto3"].items()}

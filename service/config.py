@@ -130,6 +130,13 @@ class Settings(BaseSettings):
     torch_threads_per_merge: int = Field(
         default=1, ge=0, description="torch threads a merge uses (0: torch's default)."
     )
+    merge_threads: int = Field(
+        default=0,
+        ge=0,
+        le=64,
+        description="Worker threads of one CPU merge of bundles, reading, summing and casting "
+        "slabs while the merge writes (0: one per core, at most 8).",
+    )
     plan_request_budget_s: float = Field(
         default=2.0, ge=0, description="Longest a plan computes in its request; then a 202 job."
     )

@@ -30,12 +30,8 @@ from retarget.client.resources import (
     ReleaseOps,
 )
 from retarget.client.transfer import (
-    CHUNK,
-    Writer,
-    forget_part,
+    fetch_async,
     multipart,
-    request_headers,
-    unchanged,
 )
 from retarget.client.types import (
     Dataset,
@@ -147,25 +143,8 @@ class AsyncRetargetClient:
         finally:
             reader.close()
 
-    async def _fetch(self, fetch: Fetch, again: bool = True) -> Download:
-        headers, kept = request_headers(fetch)
-        async with self._http.stream("GET", fetch.path, headers=headers) as resp:
-            if resp.status_code == 416 and again:  # the .part is no prefix of it: start over
-                forget_part(fetch.target)
-                return await self._fetch(fetch, again=False)
-            if resp.status_code == 304:
-                return unchanged(fetch)
-            if resp.status_code >= 400:
-                await resp.aread()
-                ops.raise_for_problem(resp)
-            writer = Writer(fetch, resp, kept)
-            try:
-                async for chunk in resp.aiter_bytes(CHUNK):
-                    writer.write(chunk)
-            except BaseException:
-                writer.abort()  # the .part stays: the next attempt resumes from it
-                raise
-            return writer.finish()
+    async def _fetch(self, fetch: Fetch) -> Download:
+        return await fetch_async(self._http, fetch)
 
 
 class _Resource:

@@ -38,13 +38,8 @@ from retarget.client.resources import (
     ReleaseOps,
 )
 from retarget.client.transfer import (
-    CHUNK,
-    Writer,
-    forget_part,
+    fetch_sync,
     multipart,
-    request_headers,
-    unchanged,
-    write_all,
 )
 from retarget.client.types import (
     Dataset,
@@ -151,18 +146,8 @@ class RetargetClient:
         finally:
             reader.close()
 
-    def _fetch(self, fetch: Fetch, again: bool = True) -> Download:
-        headers, kept = request_headers(fetch)
-        with self._http.stream("GET", fetch.path, headers=headers) as resp:
-            if resp.status_code == 416 and again:  # the .part is no prefix of it: start over
-                forget_part(fetch.target)
-                return self._fetch(fetch, again=False)
-            if resp.status_code == 304:
-                return unchanged(fetch)
-            if resp.status_code >= 400:
-                resp.read()
-                ops.raise_for_problem(resp)
-            return write_all(Writer(fetch, resp, kept), resp.iter_bytes(CHUNK))
+    def _fetch(self, fetch: Fetch) -> Download:
+        return fetch_sync(self._http, fetch)
 
 
 class _Resource:

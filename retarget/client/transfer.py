@@ -5,6 +5,12 @@ reader that reports each chunk. Downloads write ``<target>.part``; a later attem
 asks for the rest with ``Range: bytes=<n>-`` and ``If-Range: <etag>`` (the service
 answers 206 when the blob is unchanged, else the whole file again), the finished
 file is checked against the sha256 in the ETag and only then renamed to ``target``.
+
+Downloads ask for a redirect (``Prefer: redirect``): where the service keeps blobs in a
+bucket it answers 307 to a presigned URL of the object, and the client reads the bytes
+from the bucket, without its key, checking them against the sha256 in the ETag of the
+307 (the bucket's own ETag is not a sha256). A service that keeps blobs on its disk
+ignores the preference and sends the bytes.
 """
 
 from __future__ import annotations
@@ -16,14 +22,18 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Any
+from urllib.parse import urljoin
 
 import httpx
 
 from retarget.client.errors import DownloadCorrupt
-from retarget.client.ops import Fetch, Progress, Upload
+from retarget.client.ops import Fetch, Progress, Upload, raise_for_problem
 from retarget.client.types import Download
 
 CHUNK = 4 * 1024 * 1024
+REDIRECTS = frozenset({301, 302, 303, 307, 308})
+#: what a download asks for: a redirect to the object where the service can give one
+PREFER_REDIRECT = {"Prefer": "redirect"}
 
 
 class ProgressReader(io.RawIOBase):
@@ -97,6 +107,21 @@ def request_headers(fetch: Fetch) -> tuple[dict[str, str], int]:
     return headers, kept
 
 
+def follow(resp: httpx.Response, headers: dict[str, str]) -> tuple[str, dict[str, str], str] | None:
+    """A redirect's (URL, headers for the request there, the ETag the service announced),
+    or None when ``resp`` is no redirect. The range of a ``.part`` goes along only when
+    the part is of the announced bytes (its If-Range is the redirect's ETag); the key
+    never does (the request there is built without it)."""
+    location = resp.headers.get("Location")
+    if resp.status_code not in REDIRECTS or not location:
+        return None
+    etag = resp.headers.get("ETag", "")
+    hop: dict[str, str] = {}
+    if etag and "Range" in headers and headers.get("If-Range") == etag:
+        hop["Range"] = headers["Range"]
+    return urljoin(str(resp.url), location), hop, etag
+
+
 def forget_part(target: Path) -> None:
     """Drop what an earlier attempt left (a range the service cannot serve: 416)."""
     part_of(target).unlink(missing_ok=True)
@@ -110,9 +135,12 @@ def _etag_file(target: Path) -> Path:
 class Writer:
     """Writes one download's body, whichever driver reads it."""
 
-    def __init__(self, fetch: Fetch, resp: httpx.Response, kept: int) -> None:
+    def __init__(
+        self, fetch: Fetch, resp: httpx.Response, kept: int, etag: str | None = None
+    ) -> None:
+        """``etag``: the sha256 the service announced on a redirect (else the answer's)."""
         self.fetch = fetch
-        self.etag = resp.headers.get("ETag", "")
+        self.etag = etag if etag is not None else resp.headers.get("ETag", "")
         self.resumed = resp.status_code == 206 and kept > 0
         self.offset = kept if self.resumed else 0
         length = resp.headers.get("Content-Length")
@@ -172,3 +200,74 @@ def write_all(writer: Writer, chunks: Iterable[bytes]) -> Download:
         writer.abort()  # the .part stays: the next attempt resumes from it
         raise
     return writer.finish()
+
+
+def _hop(http: httpx.Client | httpx.AsyncClient, url: str, headers: dict[str, str]) -> Any:
+    request = http.build_request("GET", url, headers=headers)
+    request.headers.pop("Authorization", None)  # the key stays with the service
+    return request
+
+
+def _settled(fetch: Fetch, resp: httpx.Response, again: bool) -> Download | bool | None:
+    """Before the body: True to start over (416: the .part is no prefix of the bytes),
+    the Download of a 304, False on an error (read the body, then raise), None to write."""
+    if resp.status_code == 416 and again:
+        forget_part(fetch.target)
+        return True
+    if resp.status_code == 304:
+        return unchanged(fetch)
+    return False if resp.status_code >= 400 else None
+
+
+def fetch_sync(http: httpx.Client, fetch: Fetch, again: bool = True) -> Download:
+    """One download (``Fetch``) with a blocking client, following a redirect to the object."""
+    headers, kept = request_headers(fetch)
+    resp = http.send(
+        http.build_request("GET", fetch.path, headers=headers | PREFER_REDIRECT), stream=True
+    )
+    etag = None
+    if (hop := follow(resp, headers)) is not None:
+        resp.close()
+        resp, etag = http.send(_hop(http, hop[0], hop[1]), stream=True), hop[2]
+    try:
+        settled = _settled(fetch, resp, again)
+        if settled is True:
+            return fetch_sync(http, fetch, again=False)
+        if settled is False:
+            resp.read()
+            raise_for_problem(resp)
+        if isinstance(settled, Download):
+            return settled
+        return write_all(Writer(fetch, resp, kept, etag), resp.iter_bytes(CHUNK))
+    finally:
+        resp.close()
+
+
+async def fetch_async(http: httpx.AsyncClient, fetch: Fetch, again: bool = True) -> Download:
+    """One download (``Fetch``) with an async client, following a redirect to the object."""
+    headers, kept = request_headers(fetch)
+    request = http.build_request("GET", fetch.path, headers=headers | PREFER_REDIRECT)
+    resp = await http.send(request, stream=True)
+    etag = None
+    if (hop := follow(resp, headers)) is not None:
+        await resp.aclose()
+        resp, etag = await http.send(_hop(http, hop[0], hop[1]), stream=True), hop[2]
+    try:
+        settled = _settled(fetch, resp, again)
+        if settled is True:
+            return await fetch_async(http, fetch, again=False)
+        if settled is False:
+            await resp.aread()
+            raise_for_problem(resp)
+        if isinstance(settled, Download):
+            return settled
+        writer = Writer(fetch, resp, kept, etag)
+        try:
+            async for chunk in resp.aiter_bytes(CHUNK):
+                writer.write(chunk)
+        except BaseException:
+            writer.abort()  # the .part stays: the next attempt resumes from it
+            raise
+        return writer.finish()
+    finally:
+        await resp.aclose()

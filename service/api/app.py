@@ -47,6 +47,7 @@ from service.jobs.metrics import JobsCollector
 from service.jobs.queue import InProcessJobs, Jobs, RQJobs, redis_client
 from service.merging.base import configure_threads
 from service.merging.device import configure_device
+from service.merging.pipeline import configure_merge_threads
 from service.plans.jobs import PlanJobs
 from service.profiles.cache import cost_limits
 from service.profiles.epsilons import EpsilonCache
@@ -95,6 +96,7 @@ def create_app(
     engine = make_engine(settings.resolved_database_url, **pool_options(settings))
     repository.LOCK_TIMEOUT_S = settings.release_lock_timeout_s
     configure_threads(settings.torch_threads_per_merge)
+    configure_merge_threads(settings.merge_threads)
     configure_device(settings.merge_device)  # small releases merge in the request
     factory = session_factory or make_sessionmaker(engine)
     jobs: Jobs

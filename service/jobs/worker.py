@@ -19,6 +19,7 @@ from rq.serializers import JSONSerializer
 from service.config import Settings
 from service.merging.base import configure_threads
 from service.merging.device import configure_device
+from service.merging.pipeline import configure_merge_threads
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +93,7 @@ def build_worker(
     queues: list[str] | None = None,
 ) -> RetargetWorker:
     configure_threads(settings.torch_threads_per_merge)
+    configure_merge_threads(settings.merge_threads)
     names = worker_queues(settings, queues)
     try:  # a missing GPU refuses to start here, not in the middle of a merge
         configure_device(settings.merge_device)

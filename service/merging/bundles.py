@@ -39,6 +39,7 @@ from service.formats.bundles import (
 )
 from service.formats.checkpoints import read_signature
 from service.merging.device import Buffer, ToDevice, merge_device, to_host
+from service.merging.pipeline import pipelined_chunks
 from service.merging.safetensors_stream import DTYPES, FLOAT_DTYPES, header_bytes, tensor_views
 
 Chunks = Iterator[bytes | memoryview]
@@ -222,10 +223,15 @@ def _linear_chunks(
     metadata: dict[str, str],
     device: torch.device,
 ) -> Chunks:
-    """One output shard: header, then each tensor's float32 accumulation, cast. The
-    accumulator and the cast buffer are reused across tensors (``device.Buffer``); on
-    CUDA the copies go through pinned host memory (``device.ToDevice``, ``to_host``)."""
+    """One output shard: header, then each tensor's float32 accumulation, cast. On the
+    CPU the tensors are cut into slabs computed by worker threads while this thread
+    writes (``pipeline``); on CUDA the accumulator and the cast buffer are reused across
+    tensors (``device.Buffer``) and the copies go through pinned host memory
+    (``device.ToDevice``, ``to_host``)."""
     yield header_bytes({n: out_sig[n] for n in names}, metadata)
+    if device.type == "cpu":
+        yield from pipelined_chunks(names, out_sig, sources)
+        return
     acc_buf = Buffer(torch.float32, device)
     in_buf = Buffer(torch.float32, device)
     out_buf = Buffer(torch.float32, torch.device("cpu"), pinned=device.type == "cuda")

@@ -32,6 +32,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from service.config import Settings
 from service.errors import InvalidInput, StorageError
 from service.registry.blobs import LocalBlobStore, StagedBlob, _check_sha
+from service.registry.read_ahead import read_ahead
 from service.registry.s3_io import (
     EXISTS,
     NO_CONDITIONAL,
@@ -44,7 +45,9 @@ from service.registry.s3_io import (
 )
 
 #: read size of streamed downloads
-STREAM_CHUNK = 4 * 1024 * 1024
+STREAM_CHUNK = 16 * 1024 * 1024
+#: parts fetched ahead of the one being sent by a streamed download
+READ_AHEAD = 2
 #: cached copies used more recently than this are never removed (a merge may hold them)
 CACHE_GRACE_S = 3600
 
@@ -215,7 +218,7 @@ class S3BlobStore:
         """Bytes ``start`` to ``end`` (inclusive; None: to the end) of a blob, streamed."""
         body = self._get(sha256, start, end)["Body"]
         try:
-            yield from body.iter_chunks(STREAM_CHUNK)
+            yield from read_ahead(body.iter_chunks(STREAM_CHUNK), READ_AHEAD)
         finally:
             body.close()
 
