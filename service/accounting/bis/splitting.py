@@ -67,6 +67,7 @@ from service.accounting.bis.rdp import (
     forward_rdp_exact,
     per_epoch_rdp,
 )
+from service.accounting.mechanisms.splitting import SHARED_BINS
 from service.accounting.rdp.gaussian import subsampled_gaussian_rdp
 
 #: Highest integer order computed (the moments of one participation are exact up to 256).
@@ -74,7 +75,7 @@ TOP_ORDER = 256
 #: Split of the shared part's lognormal: finest bin width, most bins, and the z-score of
 #: log Z_0 at the grid's top.
 _SHARED_BIN = 0.005
-_SHARED_BINS = 4000
+_SHARED_BINS = SHARED_BINS
 _SHARED_TAIL_Z = 9.0
 #: Relative rounding cover of K's log-sum-exp and of the binomial sums.
 _ROUND = 1e-12
