@@ -79,6 +79,9 @@ _SHARED_BINS = SHARED_BINS
 _SHARED_TAIL_Z = 9.0
 #: Relative rounding cover of K's log-sum-exp and of the binomial sums.
 _ROUND = 1e-12
+#: Growth factor of the geometric grid of L (chords between its nodes: relative looseness
+#: about (ratio - 1)^2 / 8 where L is quadratic).
+_L_RATIO = 1.02
 #: Target of the tail of the Laplace integral (absolute, on E[R^-m] >= 1).
 _LOG_TAIL_TARGET = -45.0
 
@@ -181,9 +184,9 @@ def _l_grid(d: int, s: float, v_max: float) -> tuple[NDArray, NDArray]:
     """Upper values of L(v) = d r(v / d) on a geometric grid of v from 0 to min(v_max,
     600 d) (``bis.reverse``)."""
     v_top = min(v_max, rev._U_MAX * d)
-    n = max(2, math.ceil(math.log(max(v_top, 2e-3) / 1e-3) / math.log(1.01)))
-    v = np.concatenate([[0.0], 1e-3 * 1.01 ** np.arange(n + 1)])
-    v = v[v <= v_top * 1.01 + 1e-3]
+    n = max(2, math.ceil(math.log(max(v_top, 2e-3) / 1e-3) / math.log(_L_RATIO)))
+    v = np.concatenate([[0.0], 1e-3 * _L_RATIO ** np.arange(n + 1)])
+    v = v[v <= v_top * _L_RATIO + 1e-3]
     values = np.concatenate([[0.0], d * rev._r_upper(v[1:] / d, s)])
     return v, values
 
@@ -218,11 +221,11 @@ def reverse_rdp_step(
     z, p = _shared_law(shared, s)
     grid, values = _l_grid(d, s, float(t[-1] * q * z[-1]))
     kvals = np.zeros(t.shape)
-    for i in range(1, t.shape[0]):
-        u = t[i] * q
-        log_terms = np.log(np.maximum(p, 1e-320)) + u * (1.0 - z) + _l_upper(u * z, grid, values)
-        log_terms = np.where(p > 0, log_terms, -np.inf)
-        kvals[i] = float(special.logsumexp(log_terms)) + _ROUND
+    log_p = np.where(p > 0, np.log(np.maximum(p, 1e-320)), -np.inf)
+    for start in range(1, t.shape[0], 64):
+        u = t[start : start + 64, None] * q
+        log_terms = log_p + u * (1.0 - z) + _l_upper(u * z, grid, values)
+        kvals[start : start + 64] = special.logsumexp(log_terms, axis=1) + _ROUND
     kvals[1:] = np.maximum(kvals[1:], 0.0)  # K >= 0 (Jensen); a rounding below it is raised
     out = np.full(a.shape, np.inf)
     for i, m in enumerate(ms):
