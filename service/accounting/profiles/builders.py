@@ -294,5 +294,5 @@ BUILDERS: dict[str, Callable[[Any, float, CostLimits], dict[str, Any]]] = {
     "epsilon_delta": _epsilon_delta,
     "non_private": _non_private,
     "dp_event": _dp_event,
-    "model_splitting": model_splitting_parts,
+    "model_splitting": lambda mech, disc, limits: model_splitting_parts(mech, disc, limits, _bis),
 }

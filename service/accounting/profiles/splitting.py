@@ -8,6 +8,7 @@ derived from the RDP curve (Balle et al. 2020), sound and looser than a PLD woul
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -15,7 +16,7 @@ import numpy as np
 from service.accounting.bis import splitting
 from service.accounting.conversions import ORDERS
 from service.accounting.cost import CostLimits, exceeds, model_splitting_cost
-from service.accounting.mechanisms import ModelSplitting
+from service.accounting.mechanisms import BalancedIterationSubsampling, ModelSplitting
 from service.accounting.rdp.profile import RdpProfile, safe
 
 #: Integer orders of the curve: every one up to 64, then ORDERS' up to the top order.
@@ -26,8 +27,29 @@ SPLIT_ORDERS = np.union1d(
 
 
 def model_splitting_parts(
-    mech: ModelSplitting, discretization: float, limits: CostLimits
+    mech: ModelSplitting,
+    discretization: float,
+    limits: CostLimits,
+    bis_builder: Callable[[Any, float, CostLimits], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
+    """The profile's parts. Without Poisson sampling or a shared part, one step is one
+    epoch of balanced iteration subsampling (d iterations, k participations: the parts
+    are the iterations) and ``bis_builder`` builds it, certified PLD included."""
+    if bis_builder is not None and mech.sampling_rate == 1.0 and mech.shared == 0.0:
+        record = BalancedIterationSubsampling(
+            type="balanced_iteration_subsampling",
+            iterations=mech.parts,
+            participations=mech.parts_per_example,
+            noise_multiplier=mech.noise_multiplier,
+            clipping_norm=mech.clipping_norm,
+            epochs=mech.steps,
+        )
+        built = bis_builder(record, discretization, limits)
+        built["notes"].append(
+            "no Poisson sampling and no shared part: each step is one epoch of balanced "
+            "iteration subsampling over the parts (the same pair), accounted as such"
+        )
+        return built
     over = exceeds(model_splitting_cost(mech), limits)
     if over:
         raise ValueError(over[0])
