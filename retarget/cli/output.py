@@ -1,7 +1,7 @@
 """What the CLI prints: JSON with ``--json``, tables otherwise; progress bars on a TTY;
 and the exit codes.
 
-Exit codes (documented in the README):
+Exit codes (documented in docs/api.md, "The CLI"):
 
     0  done
     1  a local failure (the database, a file)

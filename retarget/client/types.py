@@ -1,6 +1,6 @@
 """What the service answers, as typed records.
 
-Each record names the fields a caller relies on (``../shared/API.md``) and keeps
+Each record names the fields a caller relies on (``openapi/openapi.json``) and keeps
 any other the service sends (``extra="allow"``): a newer service never breaks an
 older client. ``record.model_dump()`` gives the JSON back.
 """

@@ -2,7 +2,8 @@
 profile with itself once, then across the distinct ones.
 
 The joint release of independent runs is the composition of their mechanisms
-(Theorem 6.1 of papers/dp-model-merging.txt), and composition does not depend on the
+(Theorem 6.1 of "Differentially Private Model Merging" (arXiv:2604.20985)), and composition does
+not depend on the
 order: k runs of one mechanism are its k-fold self-composition. RDP: k times its curve
 (exact). PLD: dp_accounting's self-composition of the pessimistic PMF (an FFT power
 whose truncated tails are charged to the infinite loss, so it stays an upper bound),

@@ -55,7 +55,7 @@ GENERIC_PROBLEMS = {
 }
 SECURED_PROBLEMS = {"401": "No valid API key", "403": "The key lacks the scope"}
 
-#: One example of each mechanism type (the field names of ../shared/API.md).
+#: One example of each mechanism type (the field names of the API).
 MECHANISM_EXAMPLES: list[dict[str, Any]] = [
     {"type": "gaussian", "sensitivity": 1.0, "noise_std": 2.0, "count": 1},
     {

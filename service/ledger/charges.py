@@ -9,7 +9,7 @@ themselves (every model read: validation scores, metrics with
 ``metric_source: "models"``).
 
 The ledger bounds the whole view by the joint release of every exposed model
-(Theorem 6.1 of papers/dp-model-merging.txt; independent runs compose,
+(Theorem 6.1 of "Differentially Private Model Merging" (arXiv:2604.20985); independent runs compose,
 checkpoints of one run count as their latest one): whatever was shown is a
 function of those models and of randomness independent of the data (an RS
 draw's uniform included), so it is post-processing of releasing them all, however

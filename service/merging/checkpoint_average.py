@@ -1,4 +1,5 @@
-"""Checkpoint averaging (papers/recycling-scraps-checkpoints.txt): weights over checkpoints
+"""Checkpoint averaging ("Recycling Scraps" (Shejwalkar et al., PoPETs 2025)): weights over
+checkpoints
 of one run, merged like a linear combination. Its privacy is that of the latest checkpoint
 used: the average is post-processing of that one run.
 

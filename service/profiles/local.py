@@ -29,12 +29,12 @@ from service.accounting.cost import CostLimits
 from service.accounting.mechanisms import Mechanism, canonical_mechanism
 from service.accounting.pld.pair import DEFAULT_DISCRETIZATION
 from service.accounting.profiles.profile import PrivacyProfile
+from service.errors import ComputeLimitExceeded
 from service.jobs.process_pool import Labels, ProcessPool
 from service.jobs.queue import InProcessJobs, JobInfo
 from service.profiles.cache import DEFAULT_CACHE_BYTES, MemoryProfileStore, Profiles
 from service.profiles.claims import apply_claim_checks
 from service.profiles.compute import PROFILE
-from service.errors import ComputeLimitExceeded
 from service.registry.db import session_scope
 
 log = logging.getLogger(__name__)

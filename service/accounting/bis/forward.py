@@ -9,7 +9,8 @@ E[Z^j] = exp(j (j - 1) / (2 s^2)). At an integer order alpha >= 2,
 where P = M^d is the d-th power of the exponential generating function of the moments,
 M(x) = sum_j E[Z^j] x^j / j! (a formal power series: E[(sum_t Z_t)^n] = n! [x^n] M^d by
 the multinomial theorem and independence). This is Theorem 3.1's eq. (2) first term
-(papers/balanced-iteration-subsampling.txt, Lemma 3.12) for k = 1, computed without
+("Leveraging Randomness in Model and Data Partitioning for Privacy Amplification" (Dong, Chen,
+Ozgur), Lemma 3.12) for k = 1, computed without
 enumerating partitions.
 
 Two ways to P, both sums of nonnegative terms only (no cancellation), in log space:

@@ -1,6 +1,7 @@
 """Balanced iteration subsampling: each example takes part in exactly k of d steps.
 
-Source: papers/balanced-iteration-subsampling.txt, Theorem 3.1 (with Theorem 3.8:
+Source: "Leveraging Randomness in Model and Data Partitioning for Privacy Amplification" (Dong,
+Chen, Ozgur), Theorem 3.1 (with Theorem 3.8:
 d = T iterations, k participations, sensitivity c, noise std sigma, so
 c / sigma = 1 / noise_multiplier). The mechanism is P = mean over the k-subsets
 mu of N(c mu, sigma^2 I_d) against Q = N(0, sigma^2 I_d).

@@ -17,7 +17,8 @@ Gaussians with vector shifts is dominated by the scalar mixture with the norms a
 on one axis (Choquette-Choo et al., arXiv 2310.15526, Corollary 4.7), and the privacy
 profile grows with each shift (merged_step.py), so (b) is dominated, for every history,
 by the mixture of ``merged_step_mixture`` with a_i = lambda_i c_i C_i / s: Theorem 6.2
-and Lemma 6.3 of papers/dp-model-merging.txt for one step. The certificate is the
+and Lemma 6.3 of "Differentially Private Model Merging" (arXiv:2604.20985) for one step. The
+certificate is the
 adaptive composition of (a) and (b): RDP adds; dominating pairs compose (Zhu, Dong and
 Wang 2022). The paper's per-step composition (``lc.paper``) is NOT used: it treats
 later gradients as fixed, which hidden iterates break.

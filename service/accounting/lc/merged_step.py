@@ -1,6 +1,7 @@
 """The merged last step of a linear combination as a 1-D Gaussian mixture, in polynomial time.
 
-Source: Theorem 6.2 / Lemma 6.3 of papers/dp-model-merging.txt for one merged step
+Source: Theorem 6.2 / Lemma 6.3 of "Differentially Private Model Merging" (arXiv:2604.20985) for
+one merged step
 (each run includes the differing example independently, with its own q_i), reduced
 to one dimension by Choquette-Choo et al., arXiv 2310.15526, Corollary 4.7 (a mixture
 of Gaussians with vector shifts is dominated by the scalar mixture whose shifts are

@@ -1,6 +1,7 @@
 """The one-dimensional Gaussian mixture behind a linearly combined DP-SGD step.
 
-Source: Theorem 6.2, Lemma 6.3 and Theorem 6.4 of papers/dp-model-merging.txt.
+Source: Theorem 6.2, Lemma 6.3 and Theorem 6.4 of "Differentially Private Model Merging"
+(arXiv:2604.20985).
 With unit noise (everything divided by the merged noise std s), one merged
 step compares P = sum_J p_J N(A_J, 1) with Q = N(0, 1), where J runs over the
 subsets of models whose batch held the differing record, p_J = prod_{i in J} q_i

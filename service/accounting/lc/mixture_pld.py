@@ -1,7 +1,8 @@
 """The privacy loss distribution of the merged LC step: the Gaussian mixture of
 ``service.accounting.lc.mixture`` against N(0, 1), in closed form and discretised.
 
-Source: Theorem 6.4 of papers/dp-model-merging.txt. Also the exact Gaussian
+Source: Theorem 6.4 of "Differentially Private Model Merging" (arXiv:2604.20985). Also the exact
+Gaussian
 hockey-stick curve (Balle and Wang 2018) used where the mixture has one component.
 """
 
@@ -121,7 +122,8 @@ def _tail_mass(mix: Mixture, x: float, upper: bool) -> float:
 def mixture_pld(mix: Mixture, discretization: float) -> pldlib.PrivacyLossDistribution:
     """A pessimistic discretised PLD of the mixture step, both directions.
 
-    Source: Theorem 6.4 of papers/dp-model-merging.txt (the surrogate loss is this
+    Source: Theorem 6.4 of "Differentially Private Model Merging" (arXiv:2604.20985) (the
+    surrogate loss is this
     mixture against N(0, 1)) and the connect-the-dots construction (Doroshenko et al.
     2022): the hockey-stick curve is evaluated in closed form at every loss on the grid
     k * discretization, and the PMF is the one whose curve is the piecewise-linear

@@ -1,6 +1,7 @@
 """The paper's per-step LC composition, kept only as a labelled comparison.
 
-Source: Section 6 of papers/dp-model-merging.txt (Theorems 6.2 and 6.4,
+Source: Section 6 of "Differentially Private Model Merging" (arXiv:2604.20985) (Theorems 6.2 and
+6.4,
 Algorithms 3 and 4): every merged step is the 1-D Gaussian mixture of
 ``mixture.py`` and ``mixture_pld.py``, steps aligned across models (runs of unequal
 length padded with virtual steps: q = 0, no noise) and composed.

@@ -78,7 +78,8 @@ class Gaussian(Record):
 class BalancedIterationSubsampling(Record):
     """Each example takes part in exactly ``participations`` of ``iterations`` steps.
 
-    Source: papers/balanced-iteration-subsampling.txt. ``epochs`` independent
+    Source: "Leveraging Randomness in Model and Data Partitioning for Privacy Amplification"
+    (Dong, Chen, Ozgur). ``epochs`` independent
     repetitions of the scheme are composed.
     """
 

@@ -12,7 +12,8 @@ SamplingRate = Annotated[float, Field(gt=0, le=1)]
 Steps = Annotated[int, Field(ge=1, le=10**9)]
 
 #: Optimizers the registry knows. Linear combination accounting (Theorem 6.2 of
-#: papers/dp-model-merging.txt) covers plain SGD only; the others still admit
+#: "Differentially Private Model Merging" (arXiv:2604.20985)) covers plain SGD only; the others
+# still admit
 #: random selection and the joint-release bound.
 Optimizer = Literal["sgd", "sgd_momentum", "adam", "adamw", "adagrad", "rmsprop", "other"]
 

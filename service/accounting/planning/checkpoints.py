@@ -1,4 +1,4 @@
-"""Checkpoint averaging plans (papers/recycling-scraps-checkpoints.txt).
+"""Checkpoint averaging plans ("Recycling Scraps" (Shejwalkar et al., PoPETs 2025)).
 
 Checkpoints of one run with verified lineage (each a prefix of the next, checked at
 registration) are post-processing of that run up to the latest one used, so any
@@ -14,7 +14,8 @@ from service.errors import InvalidInput, Unsupported
 
 
 def plan_checkpoint_average(candidates: list[Candidate], spec: PlanRequestSpec) -> Plan:
-    """Average the last k checkpoints of one run (papers/recycling-scraps-checkpoints.txt).
+    """Average the last k checkpoints of one run ("Recycling Scraps" (Shejwalkar et al., PoPETs
+    2025)).
 
     The average is post-processing of the run up to its latest checkpoint used, so its
     guarantee is exactly that checkpoint's profile.

@@ -3,7 +3,8 @@
 Plans search for weights; this answers the converse question for weights the
 caller already has ("what is this mix worth at delta?"), under each accountant,
 with the same bounds the plans use: Theorems 5.1/5.2 of
-papers/dp-model-merging.txt for RS (weights fixed without reading the models),
+"Differentially Private Model Merging" (arXiv:2604.20985) for RS (weights fixed without reading
+the models),
 and for LC the sound bound of ``lc.accountant`` (each run before its last
 step released jointly, plus one merged last step; the joint release, Theorem 6.1,
 where a model has no mergeable last step). The paper's per-step LC composition is

@@ -13,7 +13,8 @@ s = +1 to maximise, -1 to minimise, Delta = max_i Delta_i. Then releases model i
 Theorem (what the certificate covers). Let S be the eligible models (chosen from
 the mechanisms alone, below) and M = (i*, theta_{i*}). For every pair of
 neighbouring datasets, M is (eps_J(delta) + eps_sel, delta)-DP, where eps_J is the
-joint release of the models in S (Theorem 6.1 of papers/dp-model-merging.txt;
+joint release of the models in S (Theorem 6.1 of "Differentially Private Model Merging"
+(arXiv:2604.20985);
 checkpoints of one verified run count as their latest).
 
 Proof. M is a function of (theta_S, i*), and i* is drawn given theta_S. (1) Given

@@ -1,4 +1,5 @@
-"""Random selection plans: Algorithms 1 and 2 of papers/dp-model-merging.txt.
+"""Random selection plans: Algorithms 1 and 2 of "Differentially Private Model Merging"
+(arXiv:2604.20985).
 
 Theorems 5.1 and 5.2 hold for a selection distribution pi fixed independently of the
 models. pi chosen from the models' own metrics is a function of every model read, so

@@ -4,7 +4,8 @@ Choosing lambda by the accuracy of the merged models makes lambda a function
 of the models themselves, so the LC theorems (6.2, 6.4), which hold for a
 lambda fixed in advance, do not cover the result. What does: the choice is
 post-processing of the joint release of every model that was scored
-(Theorem 6.1 of papers/dp-model-merging.txt). So the plan first picks a set S
+(Theorem 6.1 of "Differentially Private Model Merging" (arXiv:2604.20985)). So the plan first
+picks a set S
 of models whose joint release meets the target, then searches lambda over the
 simplex on S for the best validation accuracy; any lambda on S, however it is
 chosen, keeps S's guarantee, and the release exposes all of S in the ledger.

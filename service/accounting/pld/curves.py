@@ -1,6 +1,7 @@
 """Hockey-stick curves delta(epsilon) on a fixed epsilon grid, per direction.
 
-Random selection plans (Theorem 5.2 of papers/dp-model-merging.txt) need
+Random selection plans (Theorem 5.2 of "Differentially Private Model Merging" (arXiv:2604.20985))
+need
 delta_i(epsilon) of many models at many epsilons; evaluating PMFs each time is
 slow, so a profile tabulates its two curves once on ``EPS_GRID``.
 

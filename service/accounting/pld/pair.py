@@ -1,6 +1,7 @@
 """Privacy loss distributions: dp_accounting's pessimistic PMFs, kept per direction.
 
-Random selection (Theorem 5.2 of papers/dp-model-merging.txt) needs the
+Random selection (Theorem 5.2 of "Differentially Private Model Merging" (arXiv:2604.20985)) needs
+the
 hockey-stick curves of each model in each direction separately, so a profile
 keeps the two PMFs (``remove``: H(P||Q), ``add``: H(Q||P)) rather than their max.
 All PMFs are dp_accounting's pessimistic estimates: every delta they give is

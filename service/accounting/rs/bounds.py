@@ -1,6 +1,7 @@
 """Random selection (RS): release model i with probability pi_i.
 
-Source: Section 5 of papers/dp-model-merging.txt (Theorems 5.1 and 5.2,
+Source: Section 5 of "Differentially Private Model Merging" (arXiv:2604.20985) (Theorems 5.1 and
+5.2,
 Algorithms 1 and 2). For a fixed order (RDP) or a fixed epsilon (PLD) the
 privacy constraint is linear in pi, and so is the expected utility, so the
 best mixture is a linear program whose optimum mixes at most 2 (RDP: one

@@ -159,6 +159,8 @@ def list_releases(
     limit: Limit = 50,
 ) -> ReleasesPublic:
     """Releases, newest first; ``dataset_id`` keeps one dataset's."""
+    if dataset_id is not None:  # an id or a name, as everywhere
+        dataset_id = names.dataset_id(session=session, ref=dataset_id)
     rows, total = repository.page_releases(
         session=session, dataset_id=dataset_id, offset=offset, limit=limit
     )
