@@ -161,3 +161,21 @@ def test_profile_epsilon_is_within_one_percent_of_the_quadrature_curve():
     reference = eps_from_rdp(orders, exact, 1e-5)
     assert ours <= reference * 1.01, (ours, reference)
     assert ours >= reference * 0.97  # the chord's fractional orders gain a little at most
+
+
+def test_reverse_at_eight_parts_is_within_a_monte_carlo_interval():
+    # d = 8 is past quadrature: Monte Carlo of E[R^-m] - 1 with a 5-sigma interval (seeded)
+    d, s, shared, q = 8, 2.49, 1.0, 0.1
+    alphas = np.array([2.0, 4.0, 8.0, 16.0])
+    rng = np.random.default_rng(33)
+    n = 400_000
+    x = np.exp(rng.standard_normal((n, d)) / s - 1 / (2 * s * s)).mean(1)
+    x = x * np.exp(rng.standard_normal(n) * shared / s - shared**2 / (2 * s * s))
+    r = 1 - q + q * x
+    rev = reverse_rdp_step(d, 1, s, shared, q, alphas)
+    for a, ours in zip(alphas, rev, strict=True):
+        vals = r ** (1 - a) - 1
+        mean, err = vals.mean(), 5 * vals.std() / math.sqrt(n)
+        low, high = math.log1p(mean - err) / (a - 1), math.log1p(mean + err) / (a - 1)
+        assert ours >= low, (a, ours, low)
+        assert ours <= high * 1.01, (a, ours, high)
