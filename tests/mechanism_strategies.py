@@ -98,6 +98,29 @@ def _bis() -> st.SearchStrategy[dict[str, Any]]:
     )
 
 
+def _model_splitting() -> st.SearchStrategy[dict[str, Any]]:
+    parts = st.one_of(
+        st.integers(min_value=1, max_value=12), st.sampled_from([0, 100_000, 100_001])
+    )
+    return st.fixed_dictionaries(
+        {
+            "type": st.just("model_splitting"),
+            "parts": parts,
+            "noise_multiplier": _SIGMA,
+            "clipping_norm": _ANY_FLOAT,
+            "steps": _STEPS,
+        },
+        optional={
+            "parts_per_example": parts,
+            "scheme": st.sampled_from(["disjoint", "dropout", "overlapping"]),
+            "dropout_rate": st.sampled_from([0.5, 0.3, 0.0, 1.0]),
+            "shared_clipping_norm": _ANY_FLOAT,
+            "sampling_rate": _RATE,
+            "learning_rate": _ANY_FLOAT,
+        },
+    )
+
+
 def _rdp_curve() -> st.SearchStrategy[dict[str, Any]]:
     return st.integers(min_value=0, max_value=8).flatmap(
         lambda n: st.fixed_dictionaries(
@@ -176,6 +199,7 @@ def mechanisms() -> st.SearchStrategy[Any]:
         _dp_sgd_per_step(),
         _gaussian(),
         _bis(),
+        _model_splitting(),
         _rdp_curve(),
         _epsilon_delta(),
         st.just({"type": "non_private"}),

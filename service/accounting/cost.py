@@ -34,6 +34,11 @@ from service.accounting.conversions import DEFAULT_DISCRETIZATION, ORDERS
 from service.accounting.mechanisms import DPSGD, DPEvent, EpsilonDelta, Mechanism, RDPCurve
 from service.accounting.mechanisms.dp_accounting_events import supported, unsupported_reason
 from service.accounting.mechanisms.dp_event import GaussianNode, LaplaceNode
+from service.accounting.mechanisms.splitting import (
+    LAPLACE_POINTS,
+    SHARED_BINS,
+    ModelSplitting,
+)
 
 #: Tail mass below which dp_accounting truncates a PLD (and the Chernoff level used).
 TAIL_MASS = 1e-15
@@ -203,6 +208,9 @@ def refusal(mechanism: Mechanism, limits: CostLimits) -> str | None:
         return None
     if isinstance(mechanism, DPEvent):
         return _dp_event_refusal(mechanism, limits)
+    if isinstance(mechanism, ModelSplitting):
+        over = exceeds(model_splitting_cost(mechanism), limits)
+        return over[0] if over else None
     distinct = 1
     if isinstance(mechanism, DPSGD):
         segments = mechanism.segments()
@@ -211,6 +219,18 @@ def refusal(mechanism: Mechanism, limits: CostLimits) -> str | None:
         distinct = 0
     over = exceeds(ProfileCost(ORDERS.shape[0] * distinct, 0.0, 0), limits)
     return over[0] if over else None
+
+
+def model_splitting_cost(mechanism: ModelSplitting) -> ProfileCost:
+    """The RDP curve of model splitting: a binomial sum of up to 256 terms per order (about
+    100 integer orders), and where the reverse direction is computed by quadrature
+    (Poisson sampling, one part per example), one log-sum-exp over the shared part's grid
+    per point of the Laplace grid. Neither grows with the number of steps or parts."""
+    evaluations = 100 * 256
+    if mechanism.sampling_rate < 1 and mechanism.parts_per_example == 1 and mechanism.parts > 1:
+        bins = SHARED_BINS + 1 if mechanism.shared_clipping_norm > 0 else 1
+        evaluations += LAPLACE_POINTS * bins
+    return ProfileCost(evaluations, 0.0, mechanism.steps)
 
 
 def _dp_event_refusal(mechanism: DPEvent, limits: CostLimits) -> str | None:

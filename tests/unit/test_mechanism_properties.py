@@ -21,6 +21,7 @@ from service.accounting.mechanisms import (
     DPSGD,
     BalancedIterationSubsampling,
     DPEvent,
+    ModelSplitting,
     canonical_mechanism,
     mechanism_hash,
     parse_mechanism,
@@ -39,6 +40,11 @@ def _cheap(mechanism: object) -> bool:
         return mechanism.iterations <= 200 and mechanism.epochs <= 10
     if isinstance(mechanism, DPEvent):
         return sum(1 for _ in mechanism.leaves()) <= 4
+    if isinstance(mechanism, ModelSplitting):
+        # the certified quadratures take seconds; one part or every part is closed form
+        return mechanism.parts_per_example == mechanism.parts or (
+            mechanism.parts == 1 and mechanism.sampling_rate < 1
+        )
     return True
 
 

@@ -9,6 +9,7 @@ from dp_accounting.pld import privacy_loss_distribution as pldlib
 
 from service.accounting.bis.pld import MAX_POINTS, Curves, single_pld
 from service.accounting.bis.rdp import blocks
+from service.accounting.cost import gaussian_step_width
 from service.accounting.pld.pair import PldPair, dense_self_compose
 from service.accounting.pld.refine import refined_pld
 
@@ -66,6 +67,12 @@ def profile_pld(
     (``refine``), within ``max_points`` for the composed PMF. The composed losses lie
     within +-``tail_epsilon`` (the RDP curve's Chernoff bound) up to the truncated tails,
     and within the sum of the blocks' widths."""
+    if min(size for size, _ in blocks(d, k)) == 1:
+        # a block of one step is the Gaussian mechanism, whose PLD is as wide as its loss
+        points = gaussian_step_width(sigma) / discretization
+        if points > max_points:
+            why = f"a one-step block's Gaussian PLD needs about {points:.3g} grid points, over"
+            return None, discretization, f"{why} the limit of {max_points:.3g}"
     cache: dict[int, tuple[Curves, Curves] | None] = {}
     parts = _block_plds(d, k, sigma, discretization, cache)
     if parts is None:

@@ -234,8 +234,14 @@ def _gamma_cells(m: float, lo: NDArray, hi: NDArray) -> tuple[NDArray, NDArray]:
     return np.maximum(val, 0.0), ~(tiny_low | tiny_high)
 
 
-def _log_moment_upper(m: float, t: NDArray, lvals: NDArray, d: int, s: float) -> float:
-    """Upper bound on log E[S^-m] from upper values of L on the grid t (t[0] = 0)."""
+def _log_moment_upper(
+    m: float, t: NDArray, lvals: NDArray, d: int, s: float, log_tail: float | None = None
+) -> float:
+    """Upper bound on log E[S^-m] from upper values of L on the grid t (t[0] = 0).
+
+    Any convex L with L(0) = 0 and slope below 1 will do, with ``log_tail`` an upper
+    bound on log of the part of the integral beyond t[-1] (default: the AM-GM tail of
+    one participation in d steps, ``_log_tail``)."""
     ta, tb, la, lb = t[:-1], t[1:], lvals[:-1], lvals[1:]
     slope = (lb - la) / (tb - ta)
     icpt = la - slope * ta
@@ -255,7 +261,7 @@ def _log_moment_upper(m: float, t: NDArray, lvals: NDArray, d: int, s: float) ->
             - special.gammaln(m)
         )
     log_cell = np.where(ok, log_exp, crude)
-    tail = _log_tail(m, float(t[-1]), d, s)
+    tail = _log_tail(m, float(t[-1]), d, s) if log_tail is None else log_tail
     log_total = float(special.logsumexp(np.append(log_cell, tail))) + math.log1p(_ROUND)
     if log_total > 0.5:  # E[S^-m] - 1 is not small: nothing cancels
         return log_total

@@ -30,6 +30,7 @@ from service.accounting.mechanisms.others import (
     NonPrivate,
     RDPCurve,
 )
+from service.accounting.mechanisms.splitting import ModelSplitting
 
 Mechanism = Annotated[
     Gaussian
@@ -38,7 +39,8 @@ Mechanism = Annotated[
     | RDPCurve
     | EpsilonDelta
     | NonPrivate
-    | DPEvent,
+    | DPEvent
+    | ModelSplitting,
     Field(discriminator="type"),
 ]
 
@@ -50,6 +52,7 @@ MECHANISM_TYPES: tuple[str, ...] = (
     "epsilon_delta",
     "non_private",
     "dp_event",
+    "model_splitting",
 )
 
 _ADAPTER: TypeAdapter[Any] = TypeAdapter(Mechanism)
@@ -102,6 +105,7 @@ __all__ = [
     "EpsilonDelta",
     "Gaussian",
     "Mechanism",
+    "ModelSplitting",
     "NonPrivate",
     "ParamGroup",
     "PerStep",

@@ -15,7 +15,8 @@ variance, so the accumulated update's noise-to-signal ratio is the formula above
 divided by n^2; n is the same for every model of a dataset, so it is left out. For a
 constant schedule it is sigma^2 / (T q^2) per unit of clipping: more steps or a
 larger batch lower it, more noise raises it. Balanced iteration subsampling takes
-q = k / T_epoch (each example in k of the epoch's steps); a Gaussian release with
+q = k / T_epoch (each example in k of the epoch's steps), model splitting
+q = rate * k / d (each part sees that fraction of the examples); a Gaussian release with
 ``count`` answers of one query takes std^2 / (count * sensitivity^2).
 
 Unlike the merged noise variance (objective 'noise', sum_t (lr sigma C)^2), which
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 from service.accounting.mechanisms import DPSGD, Gaussian, Mechanism
 from service.accounting.mechanisms.others import BalancedIterationSubsampling
+from service.accounting.mechanisms.splitting import ModelSplitting
 
 SIGNAL_NOTE = (
     "objective 'signal' (the default without metrics): the noise-to-signal ratio of "
@@ -62,6 +64,10 @@ def noise_to_signal(mechanism: Mechanism) -> float | None:
         steps = mechanism.iterations * mechanism.epochs
         q = mechanism.participations / mechanism.iterations
         return float(mechanism.noise_multiplier**2 / (steps * q**2))
+    if isinstance(mechanism, ModelSplitting):
+        # each part of the split receives a fraction k / d of the sampled examples
+        q = mechanism.sampling_rate * mechanism.parts_per_example / mechanism.parts
+        return float(mechanism.noise_multiplier**2 / (mechanism.steps * q**2))
     if isinstance(mechanism, Gaussian):
         return float(mechanism.std**2 / (mechanism.count * mechanism.sensitivity**2))
     return None

@@ -48,6 +48,7 @@ from service.accounting.pld.schedule import (
     schedule_pld,
 )
 from service.accounting.profiles.dp_event import dp_event_parts
+from service.accounting.profiles.splitting import model_splitting_parts
 from service.accounting.rdp.profile import (
     RdpProfile,
     from_source,
@@ -293,4 +294,5 @@ BUILDERS: dict[str, Callable[[Any, float, CostLimits], dict[str, Any]]] = {
     "epsilon_delta": _epsilon_delta,
     "non_private": _non_private,
     "dp_event": _dp_event,
+    "model_splitting": lambda mech, disc, limits: model_splitting_parts(mech, disc, limits, _bis),
 }
