@@ -22,7 +22,6 @@ from service.profiles.epsilons import EpsilonCache, _keys
 from tests.helpers import checkpoint_bytes, sgd, upload
 
 REDIS_URL = os.environ.get("RETARGET_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
-WEIGHTS = checkpoint_bytes(0, {"w": (2, 2)})
 MECHS = [sgd(0.9, steps=50), sgd(1.3, steps=50)]
 
 
@@ -33,7 +32,8 @@ def filled(client: TestClient) -> tuple[str, list[str]]:
     ids = []
     for i in range(5):
         meta = {"dataset_id": ds, "name": f"m{i}", "mechanism": MECHS[i % 2]}
-        resp = upload(client, WEIGHTS, json.dumps(meta))
+        # each its own bytes: the same bytes twice are one run, refused as a copy
+        resp = upload(client, checkpoint_bytes(i, {"w": (2, 2)}), json.dumps(meta))
         assert resp.status_code == 201, resp.text
         ids.append(resp.json()["id"])
     key = client.post("/v1/keys", json={"name": "viewer", "scopes": ["read"]}).json()
