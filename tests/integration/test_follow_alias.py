@@ -104,7 +104,9 @@ def test_a_following_deployment_is_a_release_of_that_model_charged_as_one(
     dep = resp.json()
     assert dep["follows"] == "digits/sigma@champion" and dep["method"] == "rs"
     release = _release(api, dep)
-    assert release["weights"] == [{"model_id": models[1]["id"], "weight": 1.0}]
+    assert release["weights"] == [
+        {"model_id": models[1]["id"], "model_name": "sigma", "weight": 1.0}
+    ]
     assert release["exposed_model_ids"] == [models[1]["id"]]
     floor, ceiling = _pld_bracket(SIGMAS[1])
     own = api.get(f"/v1/models/{models[1]['id']}/epsilon", params={"delta": DELTA}).json()
@@ -130,7 +132,9 @@ def test_moving_the_alias_retargets_and_a_refused_move_is_recorded(api: TestClie
     assert job["status"] == "finished" and job["result"]["status"] == "changed", job
     dep = api.get("/v1/deployments/prod").json()
     assert (dep["epsilon"], dep["policy_version"]) == (1.5, first["policy_version"])
-    assert _release(api, dep)["weights"] == [{"model_id": models[2]["id"], "weight": 1.0}]
+    assert _release(api, dep)["weights"] == [
+        {"model_id": models[2]["id"], "model_name": "sigma", "weight": 1.0}
+    ]
     event = dep["history"][0]
     assert event["kind"] == "policy_changed" and event["source"] == "alias"
     assert "moved to version 2 (from version 1)" in event["reason"]

@@ -64,12 +64,12 @@ def test_any_of_several_signatures_may_match_and_junk_does_not_crash() -> None:
     assert verify(SECRET, "d", BODY, f"t={NOW},v1=ünïcode", 300, now=NOW) != ""
 
 
-def test_the_readmes_verification_snippet_accepts_ours_and_refuses_a_fresh_id() -> None:
+def test_the_docs_verification_snippet_accepts_ours_and_refuses_a_fresh_id() -> None:
     from pathlib import Path
 
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    section = readme.split("## Security model", 1)[1]
-    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    page = (Path(__file__).parents[2] / "docs" / "security.md").read_text()
+    section = page.split("def verify(", 1)[0].rsplit("```python\n", 1)[1]
+    code = section + "def verify(" + page.split("def verify(", 1)[1].split("```", 1)[0]
     scope: dict = {}
     exec(code, scope)  # the snippet receivers copy
     header = sign(SECRET, "dep:rel", BODY)
