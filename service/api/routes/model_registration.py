@@ -23,7 +23,7 @@ from service.api.routes.model_views import to_public
 from service.api.routes.plans import RECENT as RECENT_PLANS
 from service.api.schemas import ModelCreate, ModelPublic, Problem
 from service.api.spooling import staged_form
-from service.errors import InvalidInput, PayloadTooLarge, ProfileTooCostly
+from service.errors import InvalidInput, PayloadTooLarge, ProfileTooCostly, StorageError
 from service.formats.bundles import MAX_FILES
 from service.formats.shapes import check_complete_shards
 from service.formats.streams import iter_file
@@ -165,6 +165,10 @@ async def create_model(
         if "maximum size" in message:
             raise PayloadTooLarge(f"metadata part too large: {message}") from exc
         raise InvalidInput(f"malformed multipart body: {message}") from exc
+    except OSError as exc:  # the staging folder is the blob store's disk: full, or gone
+        raise StorageError(
+            f"could not stage the upload in the blob store: {exc.strerror or exc}"
+        ) from exc
     try:
         raw = form.get("metadata")
         weights = form.get("weights")
