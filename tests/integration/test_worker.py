@@ -199,7 +199,7 @@ def test_a_job_whose_worker_is_killed_completes_on_another_worker(
         "type": "dp_sgd",
         "per_step": {
             "sampling_rate": 0.01,
-            "noise_multiplier": [1.0 + i / 10_000 for i in range(10_000)],
+            "noise_multiplier": [1.0 + i / 2_000 for i in range(2_000)],
             "clipping_norm": 1.0,
         },
     }
