@@ -11,6 +11,7 @@ from urllib.parse import quote
 from fastapi import Request, Response
 from fastapi.responses import FileResponse, RedirectResponse, StreamingResponse
 
+from service.api.schemas import PendingPublic, Problem
 from service.errors import StorageError
 from service.registry.blobs import BlobStore
 
@@ -25,6 +26,14 @@ WEIGHTS_RESPONSES: dict[int | str, dict[str, object]] = {
         "description": "with ?redirect=true or Prefer: redirect, when the blob store can "
         "presign: a presigned URL of the object (Location), valid RETARGET_PRESIGN_EXPIRY_S"
     },
+}
+
+#: OpenAPI responses of a model's charged download (its weights, or one file of its bundle).
+CHARGED_DOWNLOAD_RESPONSES: dict[int | str, dict[str, object]] = {
+    **WEIGHTS_RESPONSES,
+    202: {"model": PendingPublic, "description": "the model's profile is being computed"},
+    404: {"model": Problem},
+    409: {"model": Problem, "description": "the download would break the dataset's cap"},
 }
 
 

@@ -15,11 +15,14 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Request, Response
 
-from service.api.blob_responses import WEIGHTS_RESPONSES, blob_response, not_modified
+from service.api.blob_responses import (
+    CHARGED_DOWNLOAD_RESPONSES,
+    blob_response,
+    not_modified,
+)
 from service.api.context import Principal
 from service.api.deps import ContextDep, require
 from service.api.routes.jobs import job_or_queued, pending_response
-from service.api.schemas import PendingPublic, Problem
 from service.errors import NotFound, ProfilesPending, StorageError
 from service.ledger.charges import expose
 from service.registry import repository
@@ -33,12 +36,7 @@ router = APIRouter(prefix="/v1/models", tags=["models"])
     "/{model_id}/files/{path:path}",
     operation_id="models_download_file",
     response_class=Response,
-    responses={
-        **WEIGHTS_RESPONSES,
-        202: {"model": PendingPublic, "description": "the model's profile is being computed"},
-        404: {"model": Problem},
-        409: {"model": Problem, "description": "the download would break the dataset's cap"},
-    },
+    responses=CHARGED_DOWNLOAD_RESPONSES,
 )
 def get_model_file(
     model_id: str,

@@ -11,7 +11,11 @@ from starlette.formparsers import MultiPartParser
 from service.accounting.conversions import round_up
 from service.accounting.mechanisms import parse_mechanism
 from service.accounting.profiles.profile import ACCOUNTANTS
-from service.api.blob_responses import WEIGHTS_RESPONSES, blob_response, not_modified
+from service.api.blob_responses import (
+    CHARGED_DOWNLOAD_RESPONSES,
+    blob_response,
+    not_modified,
+)
 from service.api.context import Principal
 from service.api.deps import (
     ContextDep,
@@ -87,12 +91,7 @@ def get_model(
     "/{model_id}/weights",
     operation_id="models_download",
     response_class=Response,
-    responses={
-        **WEIGHTS_RESPONSES,
-        202: {"model": PendingPublic, "description": "the model's profile is being computed"},
-        404: {"model": Problem},
-        409: {"model": Problem, "description": "the download would break the dataset's cap"},
-    },
+    responses=CHARGED_DOWNLOAD_RESPONSES,
 )
 def get_model_weights(
     model_id: str,
