@@ -5,8 +5,6 @@ the other pages answer at once meanwhile. Real processes, real plans, no mocks."
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from fastapi.testclient import TestClient
 
@@ -110,14 +108,12 @@ def test_other_pages_answer_at_once_while_the_explorer_computes(
         assert started.status_code == 202, started.text[:300]
         drawing = client.get(f"/admin/datasets/{dataset}/frontier.svg")
         assert drawing.status_code == 202, drawing.text[:300]
-        # both compute in plan processes (seconds); the pages and the API answer meanwhile
+        # both compute in plan processes (seconds); the pages and the API answer meanwhile:
+        # each page has answered while the plan is still computing, so none waited for it
         for path in pages:
-            t0 = time.monotonic()
             resp = client.get(path)
-            took = time.monotonic() - t0
             assert resp.status_code == 200, (path, resp.text[:300])
-            assert took < 1.0, (path, took)
-        assert not app.state.ctx.plan_jobs.wait(job_id(started), 0)  # still computing
+            assert not app.state.ctx.plan_jobs.wait(job_id(started), 0), path
 
 
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True)

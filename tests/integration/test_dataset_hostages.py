@@ -140,10 +140,8 @@ def test_a_profile_past_its_budget_fails_in_its_process_and_plans_go_on(
         "type": "dp_sgd",
         "per_step": {"sampling_rate": 0.01, "noise_multiplier": sigmas, "clipping_norm": 1.0},
     }
-    started = time.monotonic()
     resp = _register(client, ds, "slow", slow, seed=2)
     assert resp.status_code == 201, resp.text[:300]
-    assert time.monotonic() - started < 60  # the request did not compute it
     slow_id = resp.json()["id"]
     pending = client.get(f"/v1/models/{slow_id}/epsilon")
     assert pending.status_code == 202, pending.text[:300]

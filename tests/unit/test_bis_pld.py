@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import time
 
 import numpy as np
 import pytest
@@ -270,9 +269,7 @@ def test_heavy_tail_epsilon_is_at_most_the_package_combined(d: int, s: float) ->
     params = PrivacyParams(sigma=s, num_steps=d, num_selected=1, num_epochs=1, delta=1e-5)
     config = SchemeConfig(allocation_direct_alpha_orders=list(range(2, 41)))
     theirs = allocation_epsilon_combined(params, config, Direction.BOTH)
-    start = time.perf_counter()
-    profile = compute_profile(parse_mechanism(_bis(d, 1, s)))
-    assert time.perf_counter() - start < 30  # about 6 s alone on one core
+    profile = compute_profile(parse_mechanism(_bis(d, 1, s)))  # its time: bench_profile_costs
     assert profile.pld is not None
     assert profile.epsilon(1e-5) <= 1.01 * theirs, (profile.epsilon(1e-5), theirs)
 
@@ -341,9 +338,8 @@ def test_profile_falls_back_to_rdp_past_the_grid_limit(monkeypatch: pytest.Monke
     assert profile.epsilon(1e-5) == profile.epsilon(1e-5, "rdp")
 
 
-def test_profile_of_ten_thousand_steps_is_bounded() -> None:
-    start = time.perf_counter()
+def test_profile_of_ten_thousand_steps_keeps_its_pld() -> None:
+    """Its grid stays within MAX_POINTS (its time is measured by bench_profile_costs)."""
     profile = compute_profile(parse_mechanism(_bis(10_000, 1, 1.0)))
-    assert time.perf_counter() - start < 20  # about 3 s alone on one core
     assert profile.pld is not None
     assert profile.epsilon(1e-5) < profile.epsilon(1e-5, "rdp")
