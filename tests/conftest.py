@@ -5,6 +5,11 @@ each test inside a transaction rolled back at the end) and the SQLite default
 from __future__ import annotations
 
 import os
+
+# The random-allocation package (a reference in the balanced-iteration-subsampling tests)
+# compiles its numba kernels on first use: about 40 s of one core in a fresh environment,
+# for references that take a few seconds as plain Python. The figures are the same.
+os.environ.setdefault("NUMBA_DISABLE_JIT", "1")
 import shutil
 import uuid
 from collections.abc import Iterator

@@ -35,7 +35,27 @@ from service.jobs.local_pool import DelayedPool
 from service.jobs.metrics import Counters, LocalCounters, RedisCounters
 from service.jobs.types import JobInfo, Jobs
 
-__all__ = ["InProcessJobs", "JobInfo", "Jobs", "RQJobs", "on_failure", "redis_client"]
+__all__ = [
+    "InProcessJobs",
+    "JobInfo",
+    "Jobs",
+    "RQJobs",
+    "on_failure",
+    "redis_client",
+    "retry_intervals",
+]
+
+#: the waits before the first, second and third retry of a job (seconds)
+RETRY_BACKOFF_S = (0, 10, 60)
+
+
+def retry_intervals(retries: int) -> list[int]:
+    """The waits before each of ``retries`` retries: the first at once, then backing off.
+
+    RQ reads its interval list from the end when a job has fewer retries than the list
+    has entries (a job with one retry would wait the last, 60 s, interval), so the list is
+    cut to the job's retries."""
+    return list(RETRY_BACKOFF_S[: max(1, retries)])
 
 
 class InProcessJobs:
@@ -192,7 +212,7 @@ class RQJobs:
             job_timeout=int(timeout_s or self.settings.job_timeout_s),
             result_ttl=result_ttl_s,
             failure_ttl=7 * 24 * 3600,
-            retry=Retry(max=retries, interval=[0, 10, 60]) if retries else None,
+            retry=Retry(max=retries, interval=retry_intervals(retries)) if retries else None,
             on_failure=Callback(on_failure),
             meta={**(meta or {}), "kind": kind},
         )

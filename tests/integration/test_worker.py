@@ -226,6 +226,22 @@ def test_a_job_whose_worker_is_killed_completes_on_another_worker(
     assert profiles.profile(parse_mechanism(slow))[0] is not None
 
 
+@pytest.mark.parametrize(("retries", "waits"), [(1, [0]), (2, [0, 10]), (3, [0, 10, 60])])
+def test_a_lost_or_failed_job_is_retried_first_at_once(
+    env: Settings, rclient: redis.Redis, retries: int, waits: list[int]
+) -> None:
+    """Whatever its number of retries (a profile job has one), the first comes at once;
+    RQ reads a longer interval list from its end, which made a lost profile wait 60 s."""
+    jobs = RQJobs(redis_client(REDIS_URL), env, tasks=TASKS)
+    info = jobs.submit("outbox", {}, background=True, job_id=f"retry-{retries}", retries=retries)
+    job = Job.fetch(info.id, connection=rclient, serializer=JSONSerializer)
+    seen = []
+    while job.retries_left:
+        seen.append(job.get_retry_interval())
+        job.retries_left -= 1
+    assert seen == waits
+
+
 def kill_tree(pid: int) -> None:
     """SIGKILL a process and every descendant (RQ's work horse runs in its own session)."""
     children: dict[int, list[int]] = {}
