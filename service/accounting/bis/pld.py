@@ -70,7 +70,7 @@ from service.accounting.bis.grid import power_law, split_step, sum_law
 from service.accounting.bis.heavy import ShiftedLaw, heavy_law
 from service.accounting.bis.heavy import plan as heavy_plan
 from service.accounting.bis.rdp import forward_rdp
-from service.accounting.pld.gaussian import connect_dots
+from service.accounting.pld.gaussian import connect_dots, gaussian_step_pld
 
 #: Default and largest bin width of the lognormal (on the scale of its mean, 1).
 BIN_WIDTH = 0.01
@@ -302,12 +302,7 @@ def single_pld(
     """The pessimistic PLD of one participation in d steps (None when over MAX_POINTS);
     ``cache`` keeps the law of A_Y by d across grid widths."""
     if d == 1:
-        return pldlib.from_gaussian_mechanism(
-            standard_deviation=sigma,
-            sensitivity=1.0,
-            value_discretization_interval=discretization,
-            pessimistic_estimate=True,
-        )
+        return gaussian_step_pld(sigma, 1.0, discretization)
     cache = {} if cache is None else cache
     if d not in cache:
         cache[d] = single_curves(d, sigma)

@@ -22,7 +22,7 @@ from service.accounting.lc.mixture import (
     log_m_derivatives,
     lse_rows,
 )
-from service.accounting.pld.gaussian import connect_dots
+from service.accounting.pld.gaussian import connect_dots, gaussian_step_pld
 
 #: Probability mass left out at each tail when choosing the loss range.
 _TAIL = 1e-18
@@ -137,12 +137,7 @@ def mixture_pld(mix: Mixture, discretization: float) -> pldlib.PrivacyLossDistri
         return pldlib.identity(discretization)
     if mix.shifts.shape[0] == 1:
         # q = 1 for every model: the step is the Gaussian mechanism N(A, 1) vs N(0, 1).
-        return pldlib.from_gaussian_mechanism(
-            standard_deviation=1.0,
-            sensitivity=float(mix.shifts[0]),
-            value_discretization_interval=discretization,
-            pessimistic_estimate=True,
-        )
+        return gaussian_step_pld(1.0, 1.0, discretization, sensitivity=float(mix.shifts[0]))
     z = float(-special.ndtri(_TAIL))
     lo, hi = -z, float(mix.shifts.max()) + z
     l_lo, l_hi = (float(v) for v in log_m(mix, np.array([lo, hi])))

@@ -11,9 +11,12 @@ an upper bound wherever the points are (the curve is convex in e^epsilon).
 from __future__ import annotations
 
 import math
+import numbers
+from typing import Any
 
 import numpy as np
-from dp_accounting.pld import pld_pmf
+from dp_accounting.pld import pld_pmf, privacy_loss_mechanism
+from dp_accounting.pld import privacy_loss_distribution as pldlib
 from numpy.typing import NDArray
 from scipy import special
 
@@ -62,3 +65,76 @@ def gaussian_epsilon(mu: float, delta: float) -> float:
         else:
             lo = mid
     return hi
+
+
+class _VectorGaussianLoss(privacy_loss_mechanism.GaussianPrivacyLoss):
+    """dp_accounting's (subsampled) Gaussian privacy loss with the hockey-stick curve at
+    many epsilons computed at once. The package inverts the privacy loss one epsilon at a
+    time in Python (about 45,000 calls per step at the default grid); this is the same
+    arithmetic on arrays: the inverse of the subsampled loss (log(1 + (e^eps - 1) / q),
+    for add of -eps, through log(e^d - e^c) = d + log1p(-e^(c - d))), then the Gaussian's
+    linear inverse. Everything else, the connect-the-dots PMF and its pessimistic
+    rounding included, is the package's own."""
+
+    def get_delta_for_epsilon(self, epsilon: Any) -> Any:
+        kinds = (
+            privacy_loss_mechanism.AdjacencyType.ADD,
+            privacy_loss_mechanism.AdjacencyType.REMOVE,
+        )
+        if isinstance(epsilon, numbers.Number) or self.adjacency_type not in kinds:
+            return super().get_delta_for_epsilon(epsilon)
+        eps = np.asarray(epsilon, dtype=float)
+        q, s2, sens = self.sampling_prob, self._standard_deviation**2, self.sensitivity
+        add = self.adjacency_type == privacy_loss_mechanism.AdjacencyType.ADD
+        deltas = np.zeros_like(eps)
+        if q == 1.0:
+            inside = np.ones(eps.shape, dtype=bool)
+            loss = -eps if add else eps  # the loss without subsampling
+        else:
+            # the package's domain: add below -log(1 - q), remove above log(1 - q)
+            edge = -math.log1p(-q) if add else math.log1p(-q)
+            inside = eps < edge if add else eps > edge
+            if not add:
+                deltas[~inside] = -np.expm1(eps[~inside])
+            b = -eps[inside] if add else eps[inside]
+            # at the edge itself (math.isclose, as the package) the inverse is infinite
+            at_edge = np.abs(b - math.log(1 - q)) <= 1e-9 * np.maximum(
+                np.abs(b), abs(math.log(1 - q))
+            )
+            d, c = b + math.log(1 / q), math.log(1 / q - 1)
+            if np.any(~at_edge & ((b <= math.log(1 - q)) | ((b != 0) & (d <= c)))):
+                return super().get_delta_for_epsilon(epsilon)  # the package refuses these
+            with np.errstate(divide="ignore", invalid="ignore"):
+                inner = np.where(b == 0, 0.0, d + np.log1p(-np.exp(c - d)))
+            inner = np.where(at_edge, -np.inf, inner)
+            loss = -inner if add else inner
+        x = -0.5 * sens - loss * s2 / sens
+        if add:
+            x = x + sens
+        deltas[inside] = self.mu_upper_cdf(x) - np.exp(eps[inside] + self.mu_lower_log_cdf(x))
+        return np.clip(deltas, 0, 1)
+
+
+def gaussian_step_pld(
+    sigma: float, sampling_prob: float, discretization: float, sensitivity: float = 1.0
+) -> pldlib.PrivacyLossDistribution:
+    """dp_accounting's pessimistic connect-the-dots PLD of one Poisson-subsampled
+    Gaussian step, as ``from_gaussian_mechanism`` builds it, with the
+    hockey-stick curve computed on arrays (``_VectorGaussianLoss``): the same PMF to
+    rounding (tests/unit/test_gaussian_step.py), several times faster."""
+
+    def pmf(adjacency: privacy_loss_mechanism.AdjacencyType) -> pld_pmf.PLDPmf:
+        loss = _VectorGaussianLoss(
+            sigma, sensitivity=sensitivity, sampling_prob=sampling_prob, adjacency_type=adjacency
+        )
+        return pldlib._create_pld_pmf_from_monotone_privacy_loss(  # the package's own
+            loss,
+            pessimistic_estimate=True,
+            value_discretization_interval=discretization,
+            use_connect_dots=True,
+        )
+
+    remove = pmf(privacy_loss_mechanism.AdjacencyType.REMOVE)
+    if sampling_prob == 1.0:
+        return pldlib.PrivacyLossDistribution(remove)
+    return pldlib.PrivacyLossDistribution(remove, pmf(privacy_loss_mechanism.AdjacencyType.ADD))

@@ -24,6 +24,7 @@ from dp_accounting.pld import privacy_loss_distribution as pldlib
 from numpy.typing import NDArray
 
 from service.accounting.conversions import DEFAULT_DISCRETIZATION, check_delta, check_epsilon
+from service.accounting.pld.gaussian import gaussian_step_pld
 
 #: Total mass cut from each end of a stored PMF. The high tail goes to the
 #: infinite loss and the low tail onto the first kept loss: both only raise
@@ -296,7 +297,8 @@ def subsampled_gaussian_pld(
     is commutative, so equal steps anywhere in a schedule form one group and are
     composed by FFT self-composition; groups are then composed together.
     Source: dp_accounting's ``from_gaussian_mechanism`` (Koskela et al. 2020;
-    Doroshenko et al. 2022, connect-the-dots), pessimistic estimate: an upper bound.
+    Doroshenko et al. 2022, connect-the-dots), pessimistic estimate: an upper bound,
+    built on arrays by ``gaussian_step_pld`` (the same PMF).
     """
     total: pldlib.PrivacyLossDistribution | None = None
     for q, sigma, count in groups:
@@ -304,20 +306,9 @@ def subsampled_gaussian_pld(
             continue
         if q >= 1.0:
             # A composition of `count` Gaussians is one Gaussian with sigma / sqrt(count).
-            step = pldlib.from_gaussian_mechanism(
-                standard_deviation=sigma / math.sqrt(count),
-                sensitivity=1.0,
-                value_discretization_interval=discretization,
-                pessimistic_estimate=True,
-            )
+            step = gaussian_step_pld(sigma / math.sqrt(count), 1.0, discretization)
         else:
-            step = pldlib.from_gaussian_mechanism(
-                standard_deviation=sigma,
-                sensitivity=1.0,
-                sampling_prob=q,
-                value_discretization_interval=discretization,
-                pessimistic_estimate=True,
-            )
+            step = gaussian_step_pld(sigma, q, discretization)
             step = dense_self_compose(step, count)
         total = step if total is None else total.compose(step)
     if total is None:
