@@ -103,11 +103,15 @@ def log_m(mix: Mixture, x: NDArray) -> NDArray:
 
 def log_m_derivatives(mix: Mixture, x: NDArray) -> tuple[NDArray, NDArray, NDArray]:
     """log M and its first two derivatives (M'/M and the tilted variance) at points x."""
-    logw = np.log(mix.probs)[:, None] - 0.5 * mix.shifts[:, None] ** 2 + mix.shifts[:, None] * x
-    value = special.logsumexp(logw, axis=0)
-    w = np.exp(logw - value)
-    mean = mix.shifts @ w
-    var = np.maximum((mix.shifts**2) @ w - mean**2, 0.0)
+    w = np.multiply.outer(mix.shifts, x)
+    w += np.log(mix.probs)[:, None] - 0.5 * mix.shifts[:, None] ** 2
+    top = w.max(axis=0)
+    w -= top
+    np.exp(w, out=w)  # the weights over the largest: one exp per term
+    total = w.sum(axis=0)
+    value = np.log(total) + top
+    mean = (mix.shifts @ w) / total
+    var = np.maximum((mix.shifts**2 @ w) / total - mean**2, 0.0)
     return value, mean, var
 
 
