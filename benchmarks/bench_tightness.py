@@ -1,7 +1,8 @@
 """Tightness of every profile epsilon against the best independent references.
 
 A fixed suite of mechanisms (constant DP-SGD, schedules, per-group clipping,
-Gaussian queries, balanced iteration subsampling) at deltas from 1e-10 to 1e-3.
+Gaussian queries, balanced iteration subsampling, model splitting and dropout) at deltas
+from 1e-10 to 1e-3.
 For each, our epsilon (``compute_profile(...).epsilon(delta)``) is compared with:
 
 - dp_accounting's PLD, pessimistic, on a grid finer than ours (half of it or finer);
@@ -12,18 +13,21 @@ For each, our epsilon (``compute_profile(...).epsilon(delta)``) is compared with
   "combined" figure (the smallest of its methods; for k = 1 and one epoch its PLD
   decomposition into Poisson subsampling); the package's own RDP figure is printed
   beside them but is not a bound (its add-direction formula falls below the true
-  divergence), and so is our RDP-only figure.
+  divergence), and so is our RDP-only figure;
+- for model splitting: the exact step RDP by quadrature, composed and converted at the
+  best integer order (``tightness_splitting``; no PLD is known under subsampling).
 
 Sound: ours >= dp_accounting's optimistic PLD on the same grid (a lower bound on
 the truth up to its grid); for BIS with k = 1 and one epoch, ours >= the package's
-lower bound (no floor is known otherwise). Tight: ours / min(references). Prints every row, then
-median and worst per family and overall.
+lower bound (no floor is known otherwise); for model splitting, our step RDP >= the
+quadrature's at every order checked. Tight: ours / min(references). Prints every row,
+then median and worst per family and overall.
 
 Schedules of 200, 1,000 and 3,000 distinct steps are in the schedule family: their
 references compose every step with dp_accounting (about an hour for 3,000 on 2 cores);
 ``--max-distinct=N`` leaves out the schedules with more than N distinct steps.
 
-Usage: .venv/bin/python benchmarks/bench_tightness.py [--sample] [--family=NAME ...]
+Usage: PYTHONPATH=. .venv/bin/python benchmarks/bench_tightness.py [--sample] [--family=NAME ...]
     [--max-distinct=N]
 """
 
@@ -42,6 +46,7 @@ import numpy as np
 from dp_accounting.pld import privacy_loss_distribution as pldlib
 from dp_accounting.rdp import rdp_privacy_accountant as rdplib
 
+from benchmarks import tightness_splitting as splitting
 from service.accounting.mechanisms import parse_mechanism
 from service.accounting.profiles.profile import compute_profile
 
@@ -53,6 +58,7 @@ class Case:
     delta: float
     steps: tuple[tuple[float, float, int], ...]  # (q, sigma, count) for dp_accounting
     bis: tuple[int, int, float, int] | None = None  # (d, k, sigma, epochs)
+    split: tuple[int, float, float, float, int] | None = None  # (d, sigma, shared, q, steps)
 
 
 def _sgd(q: float, sigma: float, steps: int) -> dict[str, Any]:
@@ -140,6 +146,9 @@ def suite() -> list[Case]:
         }
         for d in (1e-6, 1e-5):
             cases.append(Case("bis", mech, d, (), (d_, k, s, e)))
+    for split in splitting.SPLITTING:
+        for d in (1e-6, 1e-5):
+            cases.append(Case("splitting", splitting.mechanism(*split), d, (), split=split))
     return cases
 
 
@@ -326,6 +335,10 @@ def measure(case: Case) -> dict[str, Any]:
         row["ours_rdp"] = profile.epsilon(case.delta, "rdp")
         row["combined"] = refs.get("package combined", math.nan)
         floor = bis_lower_bound(*case.bis, case.delta)
+    elif case.split is not None:
+        refs = {"quadrature RDP": splitting.reference(*case.split, case.delta)}
+        # no PLD, so no floor on epsilon: sound is the step RDP against the quadrature
+        floor = 0.0 if splitting.sound(*case.split[:4]) else math.inf
     else:
         rdp = rdp_reference(case.steps, case.delta)
         # finer than ours: half our grid, and at most 1/1000 of the epsilon

@@ -15,31 +15,20 @@ import pytest
 from dp_accounting import dp_event
 from dp_accounting.rdp import rdp_privacy_accountant as rdp_acc
 
+from benchmarks.tightness_splitting import mechanism as splitting_mechanism
+from benchmarks.tightness_splitting import quadrature_rdp
+from benchmarks.tightness_splitting import reference as splitting_reference
 from service.accounting.bis import rdp as bis
 from service.accounting.bis.splitting import forward_rdp_step, reverse_rdp_step, step_rdp
-from service.accounting.conversions import eps_from_rdp
 from service.accounting.mechanisms import parse_mechanism
 from service.accounting.profiles.profile import compute_profile
 
 
 def _quadrature(d: int, s: float, shared: float, q: float, alphas: list[float]) -> tuple:
     """(forward, reverse) D_alpha of one step by a (d + 1)-point Gauss-Hermite product rule
-    (k = 1): X = Z_0 (1/d) sum_j Z_j with the coordinates written out."""
-    x, w = np.polynomial.hermite_e.hermegauss(60 if d == 2 else 36)
-    w = w / math.sqrt(2 * math.pi)
-    dims = d + (1 if shared > 0 else 0)
-    grids = np.meshgrid(*([x] * dims), indexing="ij")
-    weight = np.prod(np.stack(np.meshgrid(*([w] * dims), indexing="ij")), 0).ravel()
-    pts = [g.ravel() for g in grids]
-    split = sum(np.exp(p / s - 1 / (2 * s * s)) for p in pts[:d]) / d
-    ratio = split
-    if shared > 0:
-        b = shared / s
-        ratio = ratio * np.exp(b * pts[d] - b * b / 2)
-    r = 1 - q + q * ratio
-    fwd = [math.log(np.sum(weight * r**a)) / (a - 1) for a in alphas]
-    rev = [math.log(np.sum(weight * r ** (1 - a))) / (a - 1) for a in alphas]
-    return np.array(fwd), np.array(rev)
+    (k = 1): X = Z_0 (1/d) sum_j Z_j with the coordinates written out (the tightness
+    suite's reference)."""
+    return quadrature_rdp(d, s, shared, q, np.asarray(alphas, dtype=np.float64))
 
 
 @pytest.mark.parametrize(
@@ -143,22 +132,9 @@ def test_profile_epsilon_is_within_one_percent_of_the_quadrature_curve():
     # the tightest sound figure without a PLD: the exact RDP (quadrature), composed and
     # converted the same way
     d, s, shared, q, steps = 2, 1.5, 1.0, 0.3, 20
-    mech = parse_mechanism(
-        {
-            "type": "model_splitting",
-            "parts": d,
-            "noise_multiplier": s,
-            "clipping_norm": 1.0,
-            "shared_clipping_norm": shared,
-            "sampling_rate": q,
-            "steps": steps,
-        }
-    )
+    mech = parse_mechanism(splitting_mechanism(d, s, shared, q, steps))
     ours = compute_profile(mech).epsilon(1e-5, "rdp")
-    orders = np.arange(2.0, 33.0)
-    fwd, rev = _quadrature(d, s, shared, q, list(orders))
-    exact = steps * np.maximum(fwd, rev)
-    reference = eps_from_rdp(orders, exact, 1e-5)
+    reference = splitting_reference(d, s, shared, q, steps, 1e-5)
     assert ours <= reference * 1.01, (ours, reference)
     assert ours >= reference * 0.97  # the chord's fractional orders gain a little at most
 

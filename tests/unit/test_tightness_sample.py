@@ -5,7 +5,8 @@ at most 1.01 x the tightest reference (dp_accounting's pessimistic PLD on that g
 its RDP accountant at the best order of its default grid; for balanced iteration
 subsampling, the best valid RDP figure: the random-allocation package's exact
 remove-direction RDP with the certified exact add-direction RDP, each direction at its
-own best order; sound there means above the package's lower bound, where it has one).
+own best order; sound there means above the package's lower bound, where it has one; for
+model splitting, the exact step RDP by quadrature, and sound means our step RDP is above it).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ SAMPLE = {
     ("schedule", "0.1/4.0/20+0.05/2.0/40", 1e-5),
     ("bis", "50/5/2.0/3", 1e-5),
     ("bis", "100/1/1.0/1", 1e-6),
+    ("splitting", "2/1.5/1.0/0.3/20", 1e-5),
+    ("splitting", "2/1.0/0.0/0.05/200", 1e-6),
 }
 
 
@@ -34,6 +37,8 @@ def _key(case: Case) -> tuple[str, str, float]:
     m = case.mechanism
     if case.family == "bis":
         return case.family, "/".join(str(x) for x in case.bis or ()), case.delta
+    if case.family == "splitting":
+        return case.family, "/".join(str(x) for x in case.split or ()), case.delta
     if case.family == "gaussian":
         return case.family, f"{m['noise_multiplier']}/{m['count']}", case.delta
     if case.family == "per-group":
