@@ -34,6 +34,15 @@ def test_bundle_merge_benchmark_matches_the_numpy_merge(tmp_path: Path) -> None:
     assert "LC / copy:" in out and "peak anonymous memory" in out
 
 
+def test_llm_benchmark_releases_through_the_api_what_numpy_merges(tmp_path: Path) -> None:
+    """Registered from folders, released as one LC of all four, the archive's shards are
+    the numpy merge of the inputs with the release's weights."""
+    out = run("benchmarks.bench_llm_api", "--dir", str(tmp_path))
+    assert "LC release of 4" in out
+    assert "archive against the numpy merge: 0.0 bf16 steps apart at most" in out
+    assert "peak anonymous memory, release" in out
+
+
 def test_download_benchmark_checks_bytes_ranges_and_etags() -> None:
     out = run("benchmarks.bench_downloads")
     assert "| uvicorn (retarget serve), warm |" in out
