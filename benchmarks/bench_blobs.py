@@ -39,24 +39,40 @@ def checkpoint(path: Path, mb: int, seed: int) -> Path:
 
 
 @contextmanager
-def service(folder: Path, **env: str) -> Iterator[tuple[str, dict[str, str]]]:
-    port = free_port()
-    environ = service_env(RETARGET_DATA_DIR=str(folder / "data"), **env)
+def started(
+    cmd: list[str], data: Path, port: int, what: str, **env: str
+) -> Iterator[tuple[str, subprocess.Popen]]:
+    """A server process on ``port`` over the data folder ``data``, once it answers
+    /healthz: its base URL and the process; stopped on exit."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "retarget.cli", "serve", "--port", str(port)],
-        env=environ,
+        cmd,
+        env=service_env(RETARGET_DATA_DIR=str(data), **env),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
     base = f"http://127.0.0.1:{port}"
     try:
         if not wait_healthy(base, 180, alive=lambda: proc.poll() is None):
-            raise RuntimeError("retarget serve did not start")
-        key = (folder / "data" / "admin-key").read_text().strip()
-        yield base, {"Authorization": f"Bearer {key}"}
+            raise RuntimeError(f"{what} did not start")
+        yield base, proc
     finally:
         proc.terminate()
-        proc.wait(timeout=30)
+        proc.wait(timeout=60)
+
+
+@contextmanager
+def serve(data: Path, **env: str) -> Iterator[tuple[str, str, subprocess.Popen]]:
+    """``retarget serve`` on its embedded defaults over ``data``: URL, admin key, process."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "retarget.cli", "serve", "--port", str(port)]
+    with started(cmd, data, port, "retarget serve", **env) as (base, proc):
+        yield base, (data / "admin-key").read_text().strip(), proc
+
+
+@contextmanager
+def service(folder: Path, **env: str) -> Iterator[tuple[str, dict[str, str]]]:
+    with serve(folder / "data", **env) as (base, key, _):
+        yield base, {"Authorization": f"Bearer {key}"}
 
 
 def timed(fn: Callable[[], Any]) -> float:

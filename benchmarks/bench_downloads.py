@@ -33,8 +33,8 @@ from pathlib import Path
 
 import httpx2
 
-from benchmarks.bench_blobs import checkpoint, service
-from tests.helpers import free_port, service_env, sgd, wait_healthy
+from benchmarks.bench_blobs import checkpoint, service, started
+from tests.helpers import free_port, sgd
 
 
 def drop(path: Path) -> None:
@@ -76,20 +76,8 @@ def granian(data: Path) -> Iterator[str]:
     exe = Path(sys.executable).parent / "granian"
     cmd = [str(exe), "--interface", "asgi", "--factory", "--port", str(port)]
     cmd += ["--log-level", "warning", "service.api.app:create_app"]
-    proc = subprocess.Popen(
-        cmd,
-        env=service_env(RETARGET_DATA_DIR=str(data)),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        if not wait_healthy(base, 180, alive=lambda: proc.poll() is None):
-            raise RuntimeError("granian did not start")
+    with started(cmd, data, port, "granian") as (base, _):
         yield base
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 def measure(url: str, auth: dict[str, str], blob: Path, sha: str, runs: int) -> dict[str, list]:

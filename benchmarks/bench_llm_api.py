@@ -23,41 +23,20 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tarfile
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 
+from benchmarks.bench_blobs import serve
 from benchmarks.bench_bundles import check, generate
 from retarget.client import RetargetClient
-from tests.helpers import free_port, service_env, sgd, wait_healthy
+from tests.helpers import sgd
 
 GIB = 1024**3
-
-
-@contextmanager
-def serve(data: Path) -> Iterator[tuple[str, str, int]]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "retarget.cli", "serve", "--port", str(port)],
-        env=service_env(RETARGET_DATA_DIR=str(data)),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        if not wait_healthy(base, 180, alive=lambda: proc.poll() is None):
-            raise RuntimeError("retarget serve did not start")
-        yield base, (data / "admin-key").read_text().strip(), proc.pid
-    finally:
-        proc.terminate()
-        proc.wait(timeout=60)
 
 
 def fetch_archive(base: str, key: str, release_id: str, target: Path) -> int:
@@ -140,7 +119,8 @@ def main() -> None:
     print(f"{args.inputs} bundles x {size / args.inputs / GIB:.2f} GiB, {args.shards} shards each")
     phase("generate (not the service)", time.perf_counter() - start, size)
 
-    with serve(data) as (base, key, pid), RetargetClient(base, key, timeout=3600) as client:
+    with serve(data) as (base, key, proc), RetargetClient(base, key, timeout=3600) as client:
+        pid = proc.pid
         ds = client.datasets.create("llm-bench")
         peaks = AnonPeaks(pid)
         peaks.phase = "register"
