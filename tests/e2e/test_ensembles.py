@@ -7,6 +7,8 @@ uncertainty it reports equals the estimator computed here directly."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from safetensors.torch import save_file
 from retarget.client import RetargetClient
 from retarget.ensemble import load_ensemble
 from tests.e2e.test_bundle_transfers import cli
+from tests.e2e.test_hf_clients import hub_env, listing
 from tests.helpers import sgd
 
 DELTA = 1e-5
@@ -200,3 +203,46 @@ def test_a_majority_vote_ensemble_predicts_the_hand_computed_vote(
     # exercise the tie rule
     labels = [logits_by_hand(s, x.double().numpy()).argmax(axis=1) for s in states]
     assert any(len({int(a), int(b), int(c)}) > 1 for a, b, c in zip(*labels, strict=True))
+
+
+PULL = r"""
+import hashlib, json, os, sys
+from pathlib import Path
+from huggingface_hub import snapshot_download
+
+repo, out = sys.argv[1], sys.argv[2]
+folder = Path(snapshot_download(repo_id=repo, token=os.environ["KEY"]))
+files = {
+    p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+    for p in folder.rglob("*") if p.is_file()
+}
+Path(out).write_text(json.dumps({"folder": str(folder), "files": files}))
+"""
+
+
+def test_the_hub_client_pulls_an_ensemble_with_its_member_folders(
+    run: dict, tmp_path: Path
+) -> None:
+    """huggingface_hub's snapshot_download of ``releases/<id>`` from the /hf endpoint gets
+    every file of the ensemble, members/<i>/ included, and the SDK's loader reads it."""
+    base, key = run["base"], run["key"]
+    with RetargetClient(base, key) as rt:
+        made = rt.releases.create(run["ds"], 50.0, DELTA, method="ensemble", run_id="run-a")
+    out = tmp_path / "pulled.json"
+    done = subprocess.run(
+        [sys.executable, "-c", PULL, f"releases/{made.release_id}", str(out)],
+        env=hub_env(base, key, tmp_path / "hf-home"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    pulled = json.loads(out.read_text())
+    assert pulled["files"] == listing(base, key, made.release_id)
+    assert [f for f in sorted(pulled["files"]) if f.startswith("members/")] == [
+        f"members/{i}/model.safetensors" for i in range(3)
+    ]
+    states = [run["states"][s] for s in STEPS[1:]]
+    x = torch.randn(64, 8, generator=torch.Generator().manual_seed(9))
+    probs = load_ensemble(Path(pulled["folder"]), mlp).probabilities(x).numpy()
+    np.testing.assert_allclose(probs, opa_by_hand(states, x.double().numpy()), rtol=1e-5, atol=1e-6)
