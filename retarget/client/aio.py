@@ -87,11 +87,17 @@ class AsyncRetargetClient:
         await self._http.aclose()
 
     async def run(self, op: Op[T]) -> T:
-        """Drive one operation of ``retarget.client.ops`` to its result."""
+        """Drive one operation of ``retarget.client.ops`` to its result (a failed step is
+        raised inside it, as ``ops.run_sync`` does)."""
         try:
             step = next(op)
             while True:
-                step = op.send(await self._perform(step))
+                try:
+                    result = await self._perform(step)
+                except Exception as exc:
+                    step = op.throw(exc)
+                else:
+                    step = op.send(result)
         except StopIteration as stop:
             return stop.value
 

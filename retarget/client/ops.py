@@ -198,10 +198,17 @@ def wait_job(job_id: str, timeout: float, poll: float) -> Op[Job]:
 
 
 def run_sync(op: Op[T], perform: Callable[[Step], Any]) -> T:
-    """Drive ``op`` to its result, ``perform``-ing each step (the sync driver)."""
+    """Drive ``op`` to its result, ``perform``-ing each step (the sync driver). A step
+    that fails is raised inside ``op`` at its ``yield``, so an operation may answer its
+    own errors; one that does not lets it pass unchanged."""
     try:
         step = next(op)
         while True:
-            step = op.send(perform(step))
+            try:
+                result = perform(step)
+            except Exception as exc:
+                step = op.throw(exc)
+            else:
+                step = op.send(result)
     except StopIteration as stop:
         return stop.value

@@ -13,6 +13,7 @@ from retarget.client.bundle_ops import (
     register_folder,
     release_pull,
 )
+from retarget.client.errors import Unsupported
 from retarget.client.naming import ModelNameOps, model_path
 from retarget.client.ops import (
     Call,
@@ -201,8 +202,14 @@ class ReleaseOps:
 
     @staticmethod
     def download(release_id: str, target: str | Path, progress: Progress | None) -> Op[Download]:
+        """A single-file release into ``target``; a bundle (shards, an adapter, an
+        ensemble) is a folder: its refusal names ``download_folder``."""
         path = f"/v1/releases/{_segment(release_id)}/weights"
-        return (yield from weights(path, target, progress, if_changed=False))
+        try:
+            return (yield from weights(path, target, progress, if_changed=False))
+        except Unsupported as exc:
+            detail = f"{exc.detail}; with this client: releases.download_folder(release_id, folder)"
+            raise Unsupported(exc.status, {**exc.problem, "detail": detail}) from exc
 
     @staticmethod
     def download_folder(

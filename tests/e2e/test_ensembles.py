@@ -6,6 +6,7 @@ uncertainty it reports equals the estimator computed here directly."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -17,7 +18,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from retarget.client import RetargetClient
+from retarget.client import AsyncRetargetClient, RetargetClient
+from retarget.client.errors import Unsupported
 from retarget.ensemble import load_ensemble
 from tests.e2e.test_bundle_transfers import cli
 from tests.e2e.test_hf_clients import hub_env, listing
@@ -228,6 +230,17 @@ def test_the_hub_client_pulls_an_ensemble_with_its_member_folders(
     base, key = run["base"], run["key"]
     with RetargetClient(base, key) as rt:
         made = rt.releases.create(run["ds"], 50.0, DELTA, method="ensemble", run_id="run-a")
+        # a bundle is a folder: the single-file download says which call gets it
+        with pytest.raises(Unsupported, match=r"releases\.download_folder"):
+            rt.releases.download(made.release_id, tmp_path / "one.safetensors")
+    assert not (tmp_path / "one.safetensors").exists()
+
+    async def one_file() -> None:
+        async with AsyncRetargetClient(base, key) as rt:
+            await rt.releases.download(made.release_id, tmp_path / "one.safetensors")
+
+    with pytest.raises(Unsupported, match=r"releases\.download_folder"):
+        asyncio.run(one_file())
     out = tmp_path / "pulled.json"
     done = subprocess.run(
         [sys.executable, "-c", PULL, f"releases/{made.release_id}", str(out)],
