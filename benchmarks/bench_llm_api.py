@@ -7,7 +7,8 @@ Generates --inputs Llama-shaped bf16 bundles of about --gib GiB each in --shards
 (``bench_bundles.generate``), starts ``retarget serve`` on its embedded defaults (SQLite,
 local blob folder, merges in the service's own process), and with the Python client:
 registers each bundle folder (resumable uploads), releases an LC of the four at a target
-that every one of them meets, waits for the merge, and downloads the release's archive.
+that every one of them meets, waits for the merge, and downloads the release's archive
+(to a file with the Python client, then three times with curl to /dev/null).
 Prints the wall time of each phase with its throughput, the peak anonymous memory of the
 service process and of this client in each phase (sampled; the memory maps of the
 inputs show as resident file pages, which VmHWM, also printed, counts), and the disk
@@ -23,6 +24,8 @@ import argparse
 import json
 import os
 import shutil
+import statistics
+import subprocess
 import sys
 import tarfile
 import threading
@@ -149,6 +152,15 @@ def main() -> None:
         start = time.perf_counter()
         fetched = fetch_archive(base, key, release.release_id, archive)
         phase("archive download (streamed tar)", time.perf_counter() - start, fetched)
+        if shutil.which("curl"):  # the service's side alone: no Python client, no disk
+            url = f"{base}/v1/releases/{release.release_id}/archive"
+            cmd = ["curl", "-sf", "-H", f"Authorization: Bearer {key}", "-o", "/dev/null", url]
+            runs = []
+            for _ in range(3):
+                start = time.perf_counter()
+                subprocess.run(cmd, check=True)
+                runs.append(time.perf_counter() - start)
+            phase("archive, curl to /dev/null (median)", statistics.median(runs), fetched)
 
         peaks.stop()
         for name in ("register", "release", "archive"):
