@@ -36,6 +36,7 @@ import httpx
 
 from benchmarks.bench_blobs import serve
 from benchmarks.bench_bundles import check, generate
+from benchmarks.bench_merge import status_bytes
 from retarget.client import RetargetClient
 from tests.helpers import sgd
 
@@ -54,18 +55,6 @@ def fetch_archive(base: str, key: str, release_id: str, target: Path) -> int:
         for block in resp.iter_raw(8 << 20):
             out.write(block)
     return target.stat().st_size
-
-
-def status_bytes(pid: int, field: str) -> int:
-    """A size field of /proc/PID/status (``RssAnon``, ``VmHWM``), bytes; 0 once it is gone."""
-    try:
-        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
-    except OSError:
-        return 0
-    for line in lines:
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) * 1024
-    return 0
 
 
 class AnonPeaks:

@@ -35,11 +35,20 @@ from service.merging.linear import LinearMerge
 TENSORS = 64
 
 
-def rss_anon_bytes() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("RssAnon:"):
+def status_bytes(pid: int | str, field: str) -> int:
+    """A size field of /proc/PID/status (``RssAnon``, ``VmHWM``), bytes; 0 once it is gone."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return 0
+    for line in lines:
+        if line.startswith(field + ":"):
             return int(line.split()[1]) * 1024
     return 0
+
+
+def rss_anon_bytes() -> int:
+    return status_bytes("self", "RssAnon")
 
 
 class PeakSampler:
