@@ -22,10 +22,10 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
-from benchmarks.bench_bundles import _bits, generate, numpy_merge, warm
+from benchmarks.bench_bundles import check as shards_against_numpy
+from benchmarks.bench_bundles import generate, warm
 from service.merging.bundles import BundleInput, combine
 
 
@@ -59,8 +59,6 @@ def gpu_merge(bundles: list[dict[str, Path]], weights: list[float]) -> float:
 
 def check(bundles: list[dict[str, Path]], weights: list[float], root: Path) -> float:
     """Largest difference in bf16 steps between the GPU's shards and the numpy merge."""
-    from safetensors import safe_open
-
     inputs = [
         BundleInput(w, "hf_bundle", b, {n: n for n in b})
         for w, b in zip(weights, bundles, strict=True)
@@ -72,14 +70,7 @@ def check(bundles: list[dict[str, Path]], weights: list[float], root: Path) -> f
         with (root / "gpu" / f.path).open("wb") as fh:
             for chunk in f.chunks() if f.chunks is not None else [f.data or b""]:
                 fh.write(chunk)
-    numpy_merge(bundles, weights, root / "numpy")
-    worst = 0.0
-    for shard in sorted(n for n in bundles[0] if n.endswith(".safetensors")):
-        with safe_open(str(root / "gpu" / shard), framework="pt") as fh:
-            got = np.concatenate([_bits(fh.get_tensor(n)).ravel() for n in sorted(fh.keys())])
-        want = np.frombuffer((root / "numpy" / shard).read_bytes(), dtype=np.uint16)
-        worst = max(worst, float(np.abs(got.astype(np.int64) - want.astype(np.int64)).max()))
-    return worst
+    return shards_against_numpy(bundles, weights, root / "gpu")
 
 
 def main() -> None:
